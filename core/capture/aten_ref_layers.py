@@ -91,8 +91,9 @@ def _layer_norm(args: list, kwargs: dict) -> list:
         if bias is not None:
             y = y + _w(bias).reshape(-1)
     stat, sd = lead + (1,) * k, _stat_dtype(x, weight, bias)
-    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(stat).astype(sd),
-            r.reshape(stat).astype(sd)]
+    # (copy=False: the outputs are fresh arrays; a copy of each was ~5 % of the form)
+    return [y.reshape(x.shape).astype(x.dtype, copy=False),
+            mu.reshape(stat).astype(sd, copy=False), r.reshape(stat).astype(sd, copy=False)]
 
 
 @form("aten.native_layer_norm_backward.default")
@@ -110,11 +111,12 @@ def _layer_norm_backward(args: list, kwargs: dict) -> list:
         if mask[0]:
             ma = serial_sum(gd, -1, keepdims=True) / n
             mb = serial_sum(gd * xh, -1, keepdims=True) / n
-            out.append((r * ((gd - ma) - (xh * mb))).reshape(x.shape).astype(x.dtype))
+            out.append((r * ((gd - ma) - (xh * mb))).reshape(x.shape).astype(x.dtype, copy=False))
         if mask[1] and weight is not None:
-            out.append(serial_sum(g2 * xh, 0).reshape(weight.shape).astype(weight.dtype))
+            out.append(serial_sum(g2 * xh, 0).reshape(weight.shape).astype(weight.dtype,
+                                                                           copy=False))
         if mask[2] and bias is not None:
-            out.append(serial_sum(g2, 0).reshape(bias.shape).astype(bias.dtype))
+            out.append(serial_sum(g2, 0).reshape(bias.shape).astype(bias.dtype, copy=False))
     return out
 
 
@@ -255,8 +257,9 @@ def _group_norm(args: list, kwargs: dict) -> list:
         if bias is not None:
             y = y + _w(bias, x.dtype).reshape(1, c, 1)
     sd = _stat_dtype(x, weight, bias)
-    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(n_, groups).astype(sd),
-            r.reshape(n_, groups).astype(sd)]
+    return [y.reshape(x.shape).astype(x.dtype, copy=False),
+            mu.reshape(n_, groups).astype(sd, copy=False),
+            r.reshape(n_, groups).astype(sd, copy=False)]
 
 
 @form("aten.native_group_norm_backward.default")
@@ -276,11 +279,11 @@ def _group_norm_backward(args: list, kwargs: dict) -> list:
             m = t(cg * xw.shape[-1])
             ma = serial_sum(gd, (2, 3), keepdims=True) / m
             mb = serial_sum(gd * xh, (2, 3), keepdims=True) / m
-            out.append((r * ((gd - ma) - (xh * mb))).reshape(x.shape).astype(x.dtype))
+            out.append((r * ((gd - ma) - (xh * mb))).reshape(x.shape).astype(x.dtype, copy=False))
         if mask[1]:
-            out.append(serial_sum(gw * xh.reshape(n_, c, -1), (0, 2)).astype(x.dtype))
+            out.append(serial_sum(gw * xh.reshape(n_, c, -1), (0, 2)).astype(x.dtype, copy=False))
         if mask[2]:
-            out.append(serial_sum(gw, (0, 2)).astype(x.dtype))
+            out.append(serial_sum(gw, (0, 2)).astype(x.dtype, copy=False))
     return out
 
 
@@ -730,11 +733,16 @@ def _attention(q, k, v, mask, dropout_p, is_causal, scale):
         kw, vw = np.repeat(kw, groups, axis=-3), np.repeat(vw, groups, axis=-3)
     with fp_quiet():
         s, _ = _scores(qw, kw, scale, is_causal, mask)
-        p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
-        o = _matmul(p, vw)
+        # the tape's softmax (core.ops.reference.softmax: m = max; e = exp(s - m); z =
+        # serial_sum(e); p = e / z) written out, so the logsumexp m + log(z) takes its m and
+        # z: the same values as a second pass over the scores would make, one exp pass less
         m = np.max(s, axis=-1, keepdims=True)
-        lse = m + M.log(serial_sum(M.exp(s - m), -1, keepdims=True))
-    return o.astype(out), lse[..., 0], p, out
+        e = M.exp(s - m)
+        z = serial_sum(e, -1, keepdims=True)
+        p = e / z
+        o = _matmul(p, vw)
+        lse = m + M.log(z)
+    return o.astype(out, copy=False), lse[..., 0], p, out
 
 
 @form("aten._scaled_dot_product_flash_attention_for_cpu.default")
@@ -743,7 +751,7 @@ def _sdpa_flash_cpu(args: list, kwargs: dict) -> list:
     o, lse, _, out = _attention(q, k, v, kwargs.get("attn_mask"), opt(kwargs, args, 3,
                                 "dropout_p", 0.0), opt(kwargs, args, 4, "is_causal", False),
                                 kwargs.get("scale"))
-    return [o, lse.astype(F32 if out != np.float64 else out)]
+    return [o, lse.astype(F32 if out != np.float64 else out, copy=False)]
 
 
 @form("aten._scaled_dot_product_attention_math.default")
@@ -752,7 +760,7 @@ def _sdpa_math(args: list, kwargs: dict) -> list:
     o, _, p, out = _attention(q, k, v, opt(kwargs, args, 3, "attn_mask"),
                               opt(kwargs, args, 4, "dropout_p", 0.0),
                               opt(kwargs, args, 5, "is_causal", False), kwargs.get("scale"))
-    return [o, p.astype(out)]
+    return [o, p.astype(out, copy=False)]
 
 
 @form("aten.scaled_dot_product_attention.default")
@@ -788,4 +796,5 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
         if groups > 1:  # repeat_interleave's backward: each head's copies summed in order
             gk, gv = (serial_sum(x.reshape(*np.shape(k)[:-2], groups, *x.shape[-2:]), -3)
                       for x in (gk, gv))
-    return [gq.astype(q.dtype), gk.astype(k.dtype), gv.astype(v.dtype)]
+    return [gq.astype(q.dtype, copy=False), gk.astype(k.dtype, copy=False),
+            gv.astype(v.dtype, copy=False)]

@@ -68,6 +68,7 @@ import orjson
 import xxhash
 
 from tapescope.core.atomic import AtomicFile, open_regular, write_atomic
+from tapescope.core.gcpause import gc_paused
 from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
@@ -465,7 +466,10 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> Capture:
         f = open_regular(p, bad("not a regular file (a capture is read only from a plain file)"))
     except OSError as e:
         raise bad(f"cannot open ({e.strerror or e})") from None
-    with f:
+    # (the collector paused: the header's ~300,000 objects for gpt-wide's 2 steps, kept, set
+    # off full collections that rescanned every object of the process, torch's too: one of
+    # ~0.13 s every other load in a process that had judged before; core/gcpause.py)
+    with f, gc_paused():
         return _load(f, p, os.fstat(f.fileno()).st_size, lim, bad)
 
 
