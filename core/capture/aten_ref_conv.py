@@ -297,6 +297,43 @@ def _max_pool_backward(args: list, kwargs: dict) -> list:
     return [gx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
+def _max_unpool(x: np.ndarray, idx: np.ndarray, size: list, name: str) -> np.ndarray:
+    """ATen's CPU unpool (MaxUnpoolKernel.cpp): zeros of ``x.shape[:-k] + size``, then per
+    plane (the leading dimensions) each input element in row-major order written at its flat
+    index into the plane's ``prod(size)`` outputs, so where two name one output the later
+    one's value stays. A copy, so exact; an index outside the plane is ATen's error (a file's
+    data here: no reference)."""
+    k = len(size)
+    idx = np.asarray(idx)
+    if x.ndim < k + 1 or idx.shape != x.shape or any(int(n) < 0 for n in size):
+        raise NoReference(f"{name}: input {list(x.shape)}, indices {list(idx.shape)} and output "
+                          f"size {list(size)} do not go together")
+    plane = math.prod(int(n) for n in size)
+    lead = x.shape[:-k]
+    check_elems(math.prod(lead) * plane, name)  # (the output size is the file's number)
+    n_in = math.prod(x.shape[-k:])
+    out = np.zeros((math.prod(lead), plane), x.dtype)
+    i2 = idx.reshape(-1, n_in).astype(I64, copy=False)
+    if i2.size and (i2.min() < 0 or i2.max() >= plane):
+        raise NoReference(f"{name}: an index outside its output plane of {plane}")
+    flat = (np.arange(i2.shape[0], dtype=I64)[:, None] * plane + i2).reshape(-1)
+    # the last write of each output: the first of the reversed order
+    _, first = np.unique(flat[::-1], return_index=True)
+    keep = flat.size - 1 - first
+    out.reshape(-1)[flat[keep]] = x.reshape(-1)[keep]
+    return out.reshape(lead + tuple(int(n) for n in size))
+
+
+@form("aten.max_unpool2d.default")
+def _max_unpool2d(args: list, kwargs: dict) -> list:
+    return [_max_unpool(np.asarray(args[0]), args[1], list(args[2]), "max_unpool2d")]
+
+
+@form("aten.max_unpool3d.default")
+def _max_unpool3d(args: list, kwargs: dict) -> list:
+    return [_max_unpool(np.asarray(args[0]), args[1], list(args[2]), "max_unpool3d")]
+
+
 @form("aten.adaptive_max_pool2d.default")
 def _adaptive_max_pool(args: list, kwargs: dict) -> list:
     """(self (C, H, W) or (N, C, H, W), output_size) -> (out, indices): output cell (oh, ow)

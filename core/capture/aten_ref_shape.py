@@ -1233,11 +1233,21 @@ def _masked_index_put_acc(args: list, kwargs: dict) -> list:
 def _pad(args: list, kwargs: dict) -> list:
     x, pad = args[0], list(args[1])
     v = opt(kwargs, args, 2, "value", 0)
+    if len(pad) % 2 or len(pad) > 2 * x.ndim:
+        raise NoReference(f"constant_pad_nd: {len(pad)} pads for {x.ndim} dimensions")
     width = [(0, 0)] * x.ndim
     for i in range(len(pad) // 2):
         width[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    sides = list(zip(x.shape, width, strict=True))
+    if any(n + min(a, 0) + min(b, 0) < 0 for n, (a, b) in sides):
+        raise NoReference(f"constant_pad_nd: pads {pad} crop more than the size of "
+                          f"{list(x.shape)}")  # (ATen's narrow refuses them too)
+    check_elems(math.prod(n + a + b for n, (a, b) in sides), "constant_pad_nd")
     if any(a < 0 or b < 0 for a, b in width):
-        raise NoReference("constant_pad_nd with a negative pad (a crop)")
+        # a negative pad crops that side (the backward of a pad is one): ATen narrows the
+        # input first, then pads what is left; a copy either way, so exact
+        x = x[tuple(slice(-min(a, 0), n + min(b, 0)) for n, (a, b) in sides)]
+        width = [(max(a, 0), max(b, 0)) for a, b in width]
     return [np.pad(x, width, constant_values=arr(v, x.dtype))]
 
 

@@ -559,6 +559,18 @@ CASES = [
      lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([4, 0, 4])], {})),
     ("constant_pad_nd", "aten.constant_pad_nd.default",
      lambda g, d: ([rn(g, d, 2, 3, 4), [1, 2, 0, 1]], {})),
+    # a pad's backward: negative pads crop (here the last dimension's left, the next's right)
+    ("constant_pad_nd_crop", "aten.constant_pad_nd.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4), [-1, 2, 1, -2], 0.5], {})),
+    # MaxUnpool2d after a pool (one index each), and indices that collide (the later wins)
+    ("max_unpool2d", "aten.max_unpool2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 2, 2), torch.tensor([[[[0, 3], [9, 14]]] * 3] * 2),
+                    [4, 4]], {})),
+    ("max_unpool2d_collide", "aten.max_unpool2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4), ints(g, 3, 2, 3, 4), [1, 3]], {})),
+    ("max_unpool3d", "aten.max_unpool3d.default",
+     lambda g, d: ([rn(g, d, 1, 2, 2, 2, 2), ints(g, 27, 1, 2, 2, 2, 2), [3, 3, 3],
+                    [2, 2, 2], [0, 0, 0]], {})),
     ("index", "aten.index.Tensor",
      lambda g, d: ([rn(g, d, 5, 4), [None, torch.tensor([3, 0, 3])]], {})),
     ("gather", "aten.gather.default",
@@ -1036,6 +1048,7 @@ BIT_EXACT = {
     "detach", "zeros_like", "ones_like", "full", "scalar_tensor", "view", "_unsafe_view", "t",
     "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "cat",
     "stack", "split", "split_with_sizes", "unbind", "index_select", "constant_pad_nd",
+    "constant_pad_nd_crop", "max_unpool2d", "max_unpool2d_collide", "max_unpool3d",
     "embedding", "amax", "max_dim", "argmax", "max_pool",
     # serial in the same order: scatter-adds in index order, window sums tap by tap
     "max_pool_backward", "embedding_backward", "avg_pool", "adaptive_avg",
@@ -1377,7 +1390,16 @@ def test_a_complex_product_is_its_parts_products_then_their_sum():
     ("aten.multi_margin_loss.default", [np.zeros((2, 3)), np.array([0, 1]), 3, 1.0, None, 1],
      "p 1 or 2"),
     ("aten._trilinear.default", [np.zeros((8, 6)), np.zeros((4, 7, 5)), np.zeros((8, 5)),
-                                 [1, 3], [0], [1, 2], [2, 3]], "broadcast")])
+                                 [1, 3], [0], [1, 2], [2, 3]], "broadcast"),
+    ("aten.max_unpool2d.default", [np.zeros((1, 2, 2)), np.array([[[0, 4], [1, 2]]]), [2, 2]],
+     "outside its output plane"),
+    ("aten.max_unpool2d.default", [np.zeros((1, 2, 2)), np.zeros((1, 2, 2), np.int64),
+                                   [-2, 2]], "do not go together"),
+    ("aten.max_unpool2d.default", [np.zeros((2, 2)), np.zeros((2, 2), np.int64), [2, 2]],
+     "do not go together"),
+    ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [-2, -2]], "crop more"),
+    ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1, 1, 1, 1, 1, 1]], "6 pads for 2"),
+    ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1]], "1 pads for 2")])
 def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
     """What torch raises for (an index out of range, an empty aminmax), or where its answer is
     the loop's order (a src scattered onto one place twice), is no reference, named."""
