@@ -719,6 +719,81 @@ def log_softmax_backward_inner(g: np.ndarray, out: np.ndarray, dim: int) -> np.n
     return res
 
 
+def softmax_inner_paths(x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """ATen's CPU softmax over a dimension that is not the last (SoftMaxKernel.cpp's
+    ``_vec_softmax``; a segmentation target's over channels), both ways it computes an inner
+    position: (vector, scalar) results of every element. The vector path: the maximum over
+    ``dim`` from the first element (``vec::maximum``), ``e = exp(x - max)`` by SLEEF, the sum
+    over ``dim`` in order, ``e / sum``; the scalar path the same with ``std::max`` and the C
+    library's exp. Which positions take which: ``softmax_inner_lanes``."""
+    _check([x])
+    x = np.asarray(x)
+    d = dim % x.ndim
+    outer, size = math.prod(x.shape[:d]), x.shape[d]
+    xs = x.reshape(outer, size, -1)
+    outs = []
+    for exp, vector in ((sleef_exp, True), (_libc_exp, False)):
+        m = xs[:, 0]
+        for k in range(1, size):
+            m = np.maximum(m, xs[:, k]) if vector else np.where(m < xs[:, k], xs[:, k], m)
+        e = exp(xs - m[:, None])
+        s = np.zeros_like(m)
+        for k in range(size):
+            s = s + e[:, k]
+        outs.append((e / s[:, None]).reshape(x.shape))
+    return outs[0], outs[1]
+
+
+def softmax_inner_lanes(shape: tuple, dim: int, lanes: int, threads: int = 1) -> np.ndarray:
+    """Which positions of ``_vec_softmax``'s loop take the vector path (True) over the
+    ``outer * inner`` positions (flat, outer-major), the range cut into ``threads`` chunks of
+    ``ceil(n / threads)`` (its grain is 1: any thread count cuts it): in each chunk a position
+    starts a vector where ``lanes`` of them fit in its inner row and its chunk, else it and
+    the rest of its row (or of its chunk) go one by one."""
+    d = dim % len(shape)
+    outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1:])
+    n = outer * inner
+    vec = np.zeros(n, np.bool_)
+    chunk = -(-n // max(1, min(threads, n))) if n else 1
+    # per chunk, per inner row inside it: whole vectors from the piece's start (a piece
+    # shorter than a vector, the chunk's last or a row's end, goes one by one)
+    for b in range(0, n, chunk):
+        e = min(n, b + chunk)
+        for s in range(b, e, inner) if b % inner == 0 else [b, *range(b - b % inner + inner,
+                                                                          e, inner)]:
+            t = min(e, s - s % inner + inner)
+            vec[s:s + (t - s) // lanes * lanes] = True
+    return vec.reshape(outer, 1, inner)
+
+
+def softmax_inner(x: np.ndarray, dim: int, threads: int = 1) -> np.ndarray:
+    """ATen's CPU softmax over a dimension that is not the last at ``threads`` chunks
+    (measured, every bit, float32 and float64, at one and two threads)."""
+    vec, sca = softmax_inner_paths(x, dim)
+    d = dim % x.ndim
+    pick = softmax_inner_lanes(x.shape, dim, _LANES[np.asarray(x).dtype], threads)
+    shape3 = (math.prod(x.shape[:d]), x.shape[d], -1)
+    return np.where(pick, vec.reshape(shape3), sca.reshape(shape3)).reshape(x.shape)
+
+
+def softmax_backward_inner(g: np.ndarray, out: np.ndarray, dim: int) -> np.ndarray:
+    """Its backward (``_vec_softmax_backward``, measured likewise): per inner position
+    ``sum = fma(g, out, sum)`` over ``dim`` in order (the compiler contracts the vector and
+    the scalar loops alike), then ``out * (g - sum)``."""
+    _check([g, out])
+    g, out = np.asarray(g), np.asarray(out)
+    res = np.empty_like(g)
+    for outer, size, inner, lo, hi, _ in _softmax_chunks(g.shape, dim, g.itemsize,
+                                                         _LANES[g.dtype]):
+        gs = g.reshape(outer, size, inner)[:, :, lo:hi]
+        os_ = out.reshape(outer, size, inner)[:, :, lo:hi]
+        s = np.zeros((outer, hi - lo), g.dtype)
+        for k in range(size):
+            s = _fma(gs[:, k], os_[:, k], s)
+        res.reshape(outer, size, inner)[:, :, lo:hi] = os_ * (gs - s[:, None])
+    return res
+
+
 def reduce_all(e: np.ndarray) -> np.ndarray:
     """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc):
     ``_lane_sum`` in the type's lanes, folded as a tree for float32."""

@@ -97,6 +97,9 @@ from tapescope.core.explain_aten import (
     sleef_expm1f,
     sleef_log1pf,
     softmax_backward,
+    softmax_backward_inner,
+    softmax_inner_lanes,
+    softmax_inner_paths,
     sum_column_parts,
     vec_segments,
 )
@@ -952,7 +955,30 @@ def _softmax(op: str) -> list[_Variant]:
         if safe:  # (a row with every element -inf: 0, not NaN)
             y = np.where(np.all(x == -np.inf, axis=int(args[1]), keepdims=True), 0, y)
         return y.astype(x.dtype)
-    return [("libm", label, run)]
+    def inner(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+        """Over another dimension than the last (``_vec_softmax``): its positions' vector and
+        scalar paths as each thread count's chunks place them (the recorded count first)."""
+        x, dim = np.asarray(args[0]), int(args[1])
+        if not x.ndim or dim % x.ndim == x.ndim - 1 or safe:
+            raise ValueError("written for _softmax over a dimension other than the last")
+        with np.errstate(all="ignore"):
+            vec, sca = softmax_inner_paths(x, dim)
+        want = np.asarray(recorded).view(np.uint8)
+        known = _RECORDED_THREADS.get()
+        d = dim % x.ndim
+        shape3 = (math.prod(x.shape[:d]), x.shape[d], -1)
+        for t in ([known, 1] if known else range(1, 9)):
+            pick = softmax_inner_lanes(x.shape, dim, _LANES_OF[x.dtype], t)
+            y = np.where(pick, vec.reshape(shape3), sca.reshape(shape3)).reshape(x.shape)
+            if np.array_equal(y.view(np.uint8), want):
+                return y, f"{t} threads' chunks" if t > 1 else "one chunk"
+        raise ValueError("no chunking gives these bits")
+    return [("libm", label, run),
+            ("libm", "PyTorch's CPU softmax over another dimension than the last (ATen's "
+                     "_vec_softmax): per inner position the maximum, exp(x - max) and its sum "
+                     "over the dimension in order, then e / sum; SLEEF's exp where a whole "
+                     "vector of positions fits in its row and its thread's chunk, the C "
+                     "library's on the rest", _Fits(inner))]
 
 
 def _sqrt(op: str) -> list[_Variant]:
@@ -4216,14 +4242,23 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         def smx_bwd(tail_fma: bool) -> Callable:
             def run(args: list, kw: dict) -> np.ndarray:
                 g = np.asarray(args[0])
-                if int(args[2]) not in (-1, g.ndim - 1):
+                if g.ndim and int(args[2]) % g.ndim != g.ndim - 1:
                     raise ValueError("written for the last axis")
                 return softmax_backward(g, np.asarray(args[1]), tail_fma)
             return run
+
+        def smx_bwd_inner(args: list, kw: dict) -> np.ndarray:
+            g = np.asarray(args[0])
+            if not g.ndim or int(args[2]) % g.ndim == g.ndim - 1:
+                raise ValueError("written for a dimension other than the last")
+            return softmax_backward_inner(g, np.asarray(args[1]), int(args[2]))
         return [("reassociation", "PyTorch's CPU softmax backward (ATen, AVX-512): (g - sum) * "
                                   "out, sum(g * out) in lanes, the partial vector "
                                   + ("fma'd (one thread)" if f else "added (threads)"),
-                 smx_bwd(f)) for f in (True, False)]
+                 smx_bwd(f)) for f in (True, False)] + [
+            ("fma", "PyTorch's CPU softmax backward over another dimension than the last "
+                    "(ATen's _vec_softmax_backward): per inner position sum = fma(g, out, sum) "
+                    "in order, then out * (g - sum)", smx_bwd_inner)]
     if base.removeprefix("_foreach_").rstrip("_") == "sqrt":  # (foreach: each tensor's)
         return _sqrt(op)
     if base.rstrip("_") in ("sin", "cos"):

@@ -3556,6 +3556,41 @@ def test_a_segmentation_heads_log_softmax_and_nll_loss2d_are_named():
     assert nll >= 2, nll
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_softmax_over_channels_and_its_backward_are_named(threads):
+    """``softmax`` over a dimension that is not the last (a segmentation target's over the
+    channels; ATen's ``_vec_softmax``: per inner position the maximum and the sum over the
+    dimension in order, ``e / sum``, SLEEF's exp where a whole vector of positions fits in its
+    inner row and its thread's chunk, the C library's on the rest) and its backward (``sum =
+    fma(g, out, sum)`` in order, ``out * (g - sum)``): ``softmax_inner`` is torch's every bit
+    at one and two threads, and the cause is named for torch's own results (inner sizes of
+    whole vectors, with tails, a chunked one; float32 and float64; the thread count fitted),
+    one ulp off unknown. Planted: ``e * (1 / sum)``, the chunks not cut by threads, or the
+    backward's sum unfused, fails it."""
+    from tapescope.core.explain_aten import softmax_inner
+
+    g = torch.Generator().manual_seed(12)
+    named = 0
+    with _threads(threads):
+        for shape, dim, dt in (((2, 3, 12, 12), 1, torch.float32),
+                               ((4, 10, 7), 1, torch.float32), ((3, 5, 33), 0, torch.float32),
+                               ((1, 4, 100), 1, torch.float32),
+                               ((2, 64, 40, 40), 1, torch.float32),
+                               ((2, 6, 9, 3), 1, torch.float64)):
+            x = torch.randn(*shape, generator=g, dtype=dt) * 3
+            out = torch.softmax(x, dim)
+            assert np.array_equal(softmax_inner(x.numpy(), dim, threads).view(np.uint8),
+                                  out.numpy().view(np.uint8)), (shape, dim)
+            named += _named_where_it_departs("aten._softmax.default", [x.numpy(), dim, False],
+                                             out.numpy(), "libm", "another dimension")
+            gy = torch.randn(*shape, generator=g, dtype=dt)
+            rec = torch.ops.aten._softmax_backward_data(gy, out, dim, dt).numpy()
+            named += _named_where_it_departs("aten._softmax_backward_data.default",
+                                             [gy.numpy(), out.numpy(), dim, str(dt)], rec,
+                                             "fma", "another dimension")
+    assert named >= 8, named
+
+
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
     from tapescope.core.capture.aten_ref import reference
