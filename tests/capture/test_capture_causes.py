@@ -3591,6 +3591,24 @@ def test_a_softmax_over_channels_and_its_backward_are_named(threads):
     assert named >= 8, named
 
 
+def test_xlogy_is_named_the_c_librarys_log():
+    """``xlogy`` (kl_div's ``target * log(target)``): ATen's scalar kernel, ``x * log(y)``
+    with the C library's ``logf`` (``log`` for float64), +0 where x is 0. Named for torch's own
+    results (both operands tensors, and a scalar x), one ulp off unknown. Planted: numpy's
+    log in its place fails it."""
+    g = torch.Generator().manual_seed(13)
+    named = 0
+    for dt in (torch.float32, torch.float64):
+        x = torch.rand(20000, generator=g, dtype=dt)
+        y = torch.rand(20000, generator=g, dtype=dt) * 3
+        x[::7] = 0
+        named += _named_where_it_departs("aten.xlogy.Tensor", [x.numpy(), y.numpy()],
+                                         torch.xlogy(x, y).numpy(), "libm", "xlogy")
+        named += _named_where_it_departs("aten.xlogy.Scalar_Self", [3.0, y.numpy()],
+                                         torch.xlogy(3.0, y).numpy(), "libm", "xlogy")
+    assert named >= 2, named
+
+
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
     from tapescope.core.capture.aten_ref import reference
