@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import xxhash
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -454,6 +455,26 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
         return "unreadable", head
 
 
+# the largest uninitialised memory whose bytes are remembered (as a digest, in memory only)
+# when it is made: C++ writes small index buffers so; the heap's garbage stays unrecorded
+_SNAP_MAX = 1 << 20
+
+
+def _span_digest(t: torch.Tensor) -> bytes | None:
+    """XXH3-128 of the bytes ``t``'s elements span (a CPU strided tensor of at most
+    ``_SNAP_MAX`` bytes of span), or None."""
+    try:
+        if not t.is_cpu or t.layout is not _STRIDED or t.numel() == 0:
+            return None
+        n = (1 + sum((sz - 1) * st for sz, st in zip(t.shape, t.stride(), strict=True))) \
+            * t.element_size()
+        if n > _SNAP_MAX or any(st < 0 for st in t.stride()):
+            return None
+        return xxhash.xxh3_128_digest((_CHAR * n).from_address(t.data_ptr()))
+    except (RuntimeError, ValueError, TypeError):
+        return None
+
+
 def _alias_np(t: torch.Tensor, dtype: Any = None) -> np.ndarray:
     """A numpy array over CPU tensor ``t``'s own memory (its shape and strides; numpy's
     ``dtype``, else ``t``'s), holding its storage alive, without ``Tensor.numpy()``: that marks the
@@ -596,6 +617,8 @@ class Recorder(TorchDispatchMode):
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
         self._uninit: set[int] = set()  # the names' indices of ops of uninitialised memory
         self._uninit_vids: set[int] = set()  # the values of uninitialised memory (sentinels)
+        self.outside_writes = 0  # such values read by an op: recorded then (``_fresh_reads``)
+        self._uninit_snap: dict[int, bytes] = {}  # their bytes' digests as they were made
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -1289,7 +1312,39 @@ class Recorder(TorchDispatchMode):
         self.v_sha.append(uninitialised_digest(self.digest, dt, shape))
         self.seen[(u, ver)] = vid  # (not counted as hashed: nothing of it is recorded)
         self._uninit_vids.add(vid)
+        snap = _span_digest(t)  # (kept here only: what C++ may write over, ``_fresh_reads``)
+        if snap is not None:
+            self._uninit_snap[vid] = snap
         return vid
+
+    def _fresh_reads(self, args: Any, enc_args: list, info: tuple) -> list:
+        """``enc_args`` with each positional tensor (or one in a list) whose value is
+        uninitialised memory as far as the recorded ops go read afresh, its bytes now a value
+        of their own, where they changed since the ``empty`` that made it: an op reading such
+        memory reads what C++ wrote there outside aten, where no version counter moves
+        (``pad_packed_sequence``'s lengths, filled through their pointer; DDP's bucket
+        indices), which were otherwise unjudged. Bytes as the ``empty`` found them (the heap's:
+        a script reading memory it never wrote), or memory too large to have been compared
+        (``_SNAP_MAX``), stay unrecorded. Only memory an op reads is considered (a view, a
+        shape, an overwrite read none)."""
+        uninit, snap = self._uninit_vids, self._uninit_snap
+
+        def fresh(a: Any, e: Any) -> Any:
+            if type(e) is dict and e.get("T") in uninit and isinstance(a, _Tensor):
+                was = snap.get(e["T"])
+                if was is None or _span_digest(a) == was:
+                    return e  # (the heap's bytes as the ``empty`` found them: not recorded)
+                k = self._key(a)
+                vid = self._new_value(a)
+                self.seen[k] = vid
+                self.outside_writes += 1
+                return {"T": vid}
+            if type(e) is list and isinstance(a, (list, tuple)) and len(a) == len(e):
+                return [fresh(x, y) for x, y in zip(a, e, strict=True)]
+            return e
+        skip = 1 if info[11] else 0  # (an overwrite's first argument: written, not read)
+        return list(enc_args[:skip]) + [fresh(a, e) for a, e in zip(
+            args[skip:], enc_args[skip:], strict=False)] + list(enc_args[len(args):])
 
     def _unread(self, t: torch.Tensor) -> None:
         """``t``, the first argument of an op that overwrites it unread (``OVERWRITE_OPS``),
@@ -1591,6 +1646,8 @@ class Recorder(TorchDispatchMode):
                         enc_args.append({"T": value_of(a)})
                     else:
                         enc_args.append(self._encode(a))
+            if self._uninit_vids and info[13]:  # (memory no recorded op wrote, read here)
+                enc_args = self._fresh_reads(args, enc_args, info)
             if kwargs:
                 enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
             else:
@@ -1699,7 +1756,7 @@ class Recorder(TorchDispatchMode):
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _, _, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _, _, _, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -1859,6 +1916,7 @@ class Recorder(TorchDispatchMode):
             "meta": {"max_bytes": self.max_bytes, "hashes_only": self.hashes_only,
                      "values": len(self.v_dtype), "values_hashed": self.n_hashed,
                      "stored_bytes": self.stored_bytes,
+                     "outside_writes": self.outside_writes,
                      "record_seconds": round(time.perf_counter() - self.t0, 3),
                      **(meta or {})},
         }
@@ -1962,10 +2020,22 @@ def _op_facts(func: Any) -> tuple:
     # Python frame an op), a subclass's own ``__call__`` (TorchBind's) otherwise
     call = getattr(func, "_op", func) if type(func) is OpOverload else func
     parts = name.split(".")
+    base = parts[1] if len(parts) > 1 else ""
     return (*info, None, skip, name == "aten.ones_like.default", view,
             name.startswith(_COLLECTIVES), call, func,
-            len(parts) > 1 and parts[1] in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0,
-            len(parts) > 1 and parts[0] == "aten" and parts[1] in LAYOUT_OPS)
+            base in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0,
+            parts[0] == "aten" and base in LAYOUT_OPS,
+            # whether it reads the values of its positional tensors (not a view, a factory of
+            # their shape, or an op that takes their memory): one that reads memory no
+            # recorded op wrote reads what C++ wrote there (``Recorder._fresh_reads``)
+            not view and not skip and base not in _SHAPE_ONLY and not base.endswith("_like")
+            and not base.startswith(("new_", "empty", "set_", "resize")))
+
+
+# ops whose positional tensors give only their shape, dtype or memory (``_op_facts``' last)
+_SHAPE_ONLY = frozenset({"size", "sym_size", "stride", "sym_stride", "numel", "sym_numel",
+                         "is_same_size", "_has_compatible_shallow_copy_type", "record_stream",
+                         "_resize_output_", "lift_fresh"})
 
 
 # ``_op_facts``' skip entry for an op the mode meets as a whole CompositeImplicitAutograd op

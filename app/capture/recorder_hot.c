@@ -35,7 +35,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
     *s_set_eval_frame, *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived,
-    *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch;
+    *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch, *s_fresh_reads;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1717,6 +1717,25 @@ static int broken(Hot *self, PyObject *info) {
     return 0;
 }
 
+/* whether encoded argument e (a {"T": vid}, or a list of them, nested) names a value of set
+ * ids: 1, 0, -1 with an exception */
+static int names_any(PyObject *e, PyObject *ids) {
+    if (PyDict_CheckExact(e)) {
+        PyObject *v = PyDict_GetItemWithError(e, s_T);
+        if (v == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        return PySet_Contains(ids, v);
+    }
+    if (PyList_CheckExact(e)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(e); i++) {
+            int r = names_any(PyList_GET_ITEM(e, i), ids);
+            if (r != 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
 /* ``Recorder._op_rec(func, args, kwargs, graph_task)``: record and run one op of the step */
 static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -1771,6 +1790,25 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
     /* inputs first: a value an op reads for the first time is recorded before it runs */
     if ((enc_args = Hot_encode_args(self, args)) == NULL)
         goto pre_failed;
+    /* an input of memory no recorded op wrote, where the op reads its values (``_op_facts``'
+     * last): what C++ wrote there, read afresh (``Recorder._fresh_reads``) */
+    if (PyTuple_GET_SIZE(info) > 13 && self->c_uninit_vids != NULL) {
+        PyObject *uninit = self->c_uninit_vids;
+        if (PySet_Check(uninit) && PySet_GET_SIZE(uninit) > 0) {
+            int hit = info_true(info, 13);
+            if (hit > 0)
+                hit = names_any(enc_args, uninit);
+            if (hit < 0)
+                goto pre_failed;
+            if (hit) {
+                PyObject *e2 = PyObject_CallMethodObjArgs(self->rec, s_fresh_reads, args,
+                                                          enc_args, info, NULL);
+                if (e2 == NULL)
+                    goto pre_failed;
+                Py_SETREF(enc_args, e2);
+            }
+        }
+    }
     if ((enc_kwargs = PyDict_New()) == NULL)
         goto pre_failed;
     if (has_kw) {
@@ -2228,6 +2266,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_derived_later, "derived_later");
     INTERN(s_derived_digest, "_derived_digest");
     INTERN(s_put, "put");
+    INTERN(s_fresh_reads, "_fresh_reads");
     INTERN(s_recording, "recording");
     INTERN(s_quiet, "quiet");
     INTERN(s_thread, "thread");

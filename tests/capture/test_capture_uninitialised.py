@@ -223,3 +223,51 @@ def test_a_collective_of_one_rank_is_judged_in_its_own_file(tmp_path):
             cap.ops["outputs"][i]), by_op[i]
     assert rep["no_reference"] == []
     assert rep["counts"].get("unjudged", 0) <= 2  # (DDP's C++-filled bucket indices, step 2)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_memory_cpp_writes_outside_aten_is_recorded_where_an_op_reads_it(tmp_path, monkeypatch,
+                                                                        native):
+    """``pad_packed_sequence`` makes its lengths with ``empty`` and fills them through their
+    pointer in C++ (no aten op, no version bump); the script's ``lengths[unsorted_indices]``
+    read them and was ``unjudged`` ("uninitialised memory as far as the recorded ops go").
+    Bytes that changed since the ``empty`` are what C++ wrote: recorded when an op reads them
+    (the lengths themselves, in the file), the reading op judged; an ``empty`` read as the
+    heap left it stays out of the file (the first test). Planted (the reads not refreshed, or
+    refreshed without the change check): fails here or there."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from tapescope.app.capture import recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    torch.manual_seed(0)
+    rnn = torch.nn.RNN(3, 4, batch_first=True)
+    opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+    x = torch.randn(3, 5, 3)
+    lens = torch.tensor([2, 5, 3])  # unsorted: the lengths come back through the index
+    f = tmp_path / "p.capture"
+    with capture(f, steps=1) as rec:
+        h, _ = rnn(pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False))
+        y, got = pad_packed_sequence(h, batch_first=True)
+        y.sum().backward()
+        opt.step()
+    assert got.tolist() == [2, 5, 3]
+    assert (rec.ops_native > 0) == native
+    cap = load(f)
+    assert cap.meta["outside_writes"] >= 1
+    rep = judge(cap)
+    assert rep["counts"].get("unjudged", 0) == 0, [
+        (e["op"], e.get("reason")) for e in rep["ops"]
+        if any(o["verdict"] == "unjudged" for o in e["outputs"])]
+    ops = cap.ops
+    idx = [i for i, op in enumerate(ops["op"]) if op == "aten.index.Tensor"
+           and cap.dtypes[ops["outputs"][i][0]] == "int64"]
+    assert idx
+    by_op = {e["index"]: e for e in rep["ops"]}
+    for i in idx:
+        src = ops["args"][i][0]["T"]  # the sorted lengths, as C++ wrote them
+        assert cap.arrays[src] is not None and sorted(cap.arrays[src].tolist()) == [2, 3, 5]
+        assert [o["verdict"] for o in by_op[i]["outputs"]] == ["exact"]
