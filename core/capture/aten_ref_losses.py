@@ -272,6 +272,17 @@ def _xlogy(args: list, kwargs: dict) -> list:
     return [ew(fn, a, b, out=out if is_float(out) else F32)]
 
 
+@form("aten.special_xlog1py.default", "aten.special_xlog1py.other_scalar",
+      "aten.special_xlog1py.self_scalar")
+def _xlog1py(args: list, kwargs: dict) -> list:
+    a, b = args[0], args[1]
+    out = result_type(a, b)
+
+    def fn(x, y):  # NaN y: NaN; x == 0: +0.0; else x * log1p(y)
+        return np.where(np.isnan(y), y, np.where(x == 0, _k(x, 0), x * M.log1p(y)))
+    return [ew(fn, a, b, out=out if is_float(out) else F32)]
+
+
 # --- CTC: ATen's LossCTC.cpp (Graves et al. 2006, in log space), one rounding per operation ---
 
 def _ctc_lengths(v, b: int, what: str) -> list[int]:

@@ -19,6 +19,7 @@ from tapescope.core.capture.aten_ref_table import (
     NoReference,
     arr,
     as_dtype,
+    check_elems,
     compute,
     fast,
     form,
@@ -334,6 +335,77 @@ def _cdist_forward(args: list, kwargs: dict) -> list:
             y = np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(diff.shape[:-1],
                                                                           x1.dtype)
     return [np.asarray(y).astype(x1.dtype)]
+
+
+def _pdist_args(x, p) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """(x, p, i, j): the rows' pairs ``i < j`` in row-major order (``pdist``'s outputs')."""
+    x = np.asarray(x)
+    p = float(p)
+    if x.ndim != 2 or x.dtype not in (F32, np.dtype(np.float64)):
+        raise NoReference("pdist of other than a float32 / float64 (n, m) array")
+    if p not in (1.0, 2.0, math.inf):
+        raise NoReference(f"pdist of order {p}: the orders 1, 2 and inf are written out")
+    n = x.shape[0]
+    if n * n * x.shape[1] > _PDIST_MAX:
+        raise NoReference(f"pdist of {n} rows of {x.shape[1]}: past the form's "
+                          f"{_PDIST_MAX:,} elements of differences")
+    i, j = np.triu_indices(n, 1)
+    return x, p, i, j
+
+
+_PDIST_MAX = 1 << 26  # (the form holds every pair's differences, twice for the backward)
+
+
+@form("aten._pdist_forward.default")
+def _pdist_forward(args: list, kwargs: dict) -> list:
+    """``d[k]`` for the k-th pair ``i < j`` (row-major) of ``x``'s rows, over the features
+    in order: p 2 ``sqrt(serial_sum(diff * diff))``, p 1 ``serial_sum(|diff|)``, inf ``max
+    |diff|`` (``cdist``'s forms)."""
+    x, p, i, j = _pdist_args(args[0], opt(kwargs, args, 1, "p", 2.0))
+    check_elems(i.size, "_pdist")  # (its output: one per pair; the backward's are g's)
+    with fp_quiet():
+        diff = x[i] - x[j]
+        if p == 2:
+            y = np.sqrt(serial_sum(diff * diff, -1))
+        elif p == 1:
+            y = serial_sum(np.abs(diff), -1)
+        else:
+            y = np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(i.size, x.dtype)
+    return [np.asarray(y).astype(x.dtype, copy=False)]
+
+
+@form("aten._pdist_backward.default")
+def _pdist_backward(args: list, kwargs: dict) -> list:
+    """ATen's ``run_backward_parallel_pdist`` (its order: each column apart, so lanes change
+    nothing): from +0.0, the pairs in row-major order, ``res[i] = res[i] + t`` and ``res[j] =
+    res[j] - t`` with ``t`` p 2 ``(g * diff) / d`` (0 where ``d`` is 0), p 1 ``g *
+    sign(diff)``, inf ``g * sign(diff)`` where ``|diff| == d``."""
+    g, x, p, d = args[0], args[1], args[2], args[3]
+    x, p, i, j = _pdist_args(x, p)
+    g, d = np.asarray(g), np.asarray(d)
+    if g.shape != (i.size,) or d.shape != (i.size,) or g.dtype != x.dtype \
+            or d.dtype != x.dtype:
+        raise NoReference("pdist backward: the gradient or distances are not one per pair")
+    t = x.dtype.type
+    res = np.zeros_like(x)
+    with fp_quiet():
+        diff = x[i] - x[j]
+        gg, dd = g[:, None], d[:, None]
+        if p == 2:
+            term = np.where(dd == 0, t(0), (gg * diff) / dd)
+        elif p == 1:
+            term = gg * np.sign(diff)
+        else:
+            term = np.where(np.abs(diff) == dd, gg * np.sign(diff), t(0))
+        # row r's terms in the pairs' order: -t(i', r) for i' < r, then +t(r, j) for j > r
+        # (``res - t`` is ``res + (-t)`` exactly), summed in that order from +0.0
+        n = x.shape[0]
+        terms = np.zeros((n, max(n - 1, 0), x.shape[1]), x.dtype)
+        terms[j, i] = -term  # (pair (i', r): row r's place i')
+        terms[i, j - 1] = term  # (pair (r, j): row r's place j - 1)
+        if n > 1:
+            res = serial_sum(terms, 1)
+    return [np.asarray(res).astype(x.dtype, copy=False)]
 
 
 def euclidean_dist(x1: np.ndarray, x2: np.ndarray, product=None, square_sum=None,

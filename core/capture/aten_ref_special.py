@@ -75,15 +75,38 @@ def _ziv(value: Callable, u: float, target: np.dtype, bits: int, mp) -> float:
     return r
 
 
-def _special(name: str, value: Callable, special_cases: Callable) -> Callable:
+def _double_fast(fn: Callable, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``fn`` (numpy's, accurate to an ulp of a double) of float32 ``xs`` rounded to float32,
+    and where that rounding is certain: the double lies farther than 4 of its ulps from the
+    midpoint between its float32 rounding and that one's neighbour on its side (Ziv's first
+    step; the rest go to mpmath)."""
+    with np.errstate(all="ignore"):
+        d = fn(xs.astype(F64))
+        f = d.astype(F32)
+        other = np.nextafter(f, np.where(d > f.astype(F64), np.float32(np.inf),
+                                         np.float32(-np.inf)))
+        mid = (f.astype(F64) + other.astype(F64)) / 2  # (exact: two floats' mean in a double)
+        ok = np.isfinite(d) & np.isfinite(other) & (np.abs(d - mid) > 4 * np.spacing(np.abs(d)))
+    return f, ok
+
+
+def _special(name: str, value: Callable, special_cases: Callable,
+             fast: Callable | None = None) -> Callable:
     """A form of ``fn(x)``: ``special_cases(x)`` for the arguments it answers (a float or
-    None), else ``value(mp, mpf(x))`` correctly rounded."""
+    None), else ``value(mp, mpf(x))`` correctly rounded; ``fast``: numpy's double form of it,
+    taken for a float32 result where its rounding is certain (``_double_fast``)."""
     def run(args: list, kwargs: dict, x=None) -> list:
         x = np.asarray(args[0] if x is None else x)
         out = x.dtype if is_float(x.dtype) else F32
         target = F64 if out == F64 else F32
         check_elems(x.size, name)
         xs = np.ascontiguousarray(x.astype(target)).reshape(-1)
+        if fast is not None and target == F32:
+            f, ok = _double_fast(fast, xs)
+            if not ok.all():  # (the uncertain ones, and the special cases: mpmath's way)
+                f[~ok] = _special(name, value, special_cases)([xs[~ok]], kwargs)[0]
+            y = f.reshape(x.shape)
+            return [y.astype(out) if out in HALF else y]
         u = "u8" if target == F64 else "u4"  # (by their bits: -0.0 and +0.0 apart)
         ubits, inv = np.unique(xs.view(u), return_inverse=True)
         uniq = ubits.view(target)
@@ -157,6 +180,17 @@ def _log_ndtr(mp, x):
 _DIGAMMA = _special("digamma", lambda mp, x: mp.digamma(x), _digamma_cases)
 form("aten.lgamma.default")(_special("lgamma", _lgamma, _lgamma_cases))
 form("aten.digamma.default")(_DIGAMMA)
+def _log_cases(x: float) -> float | None:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    return -math.inf if x == 0 else math.inf if math.isinf(x) else 0.0 if x == 1 else None
+
+
+# log2 and log10 (a DCG loss's discounts): correctly rounded; numpy's double for a float32
+# result where its rounding is certain, mpmath for the rest and for float64
+form("aten.log2.default")(_special("log2", lambda mp, x: mp.log(x, 2), _log_cases, np.log2))
+form("aten.log10.default")(_special("log10", lambda mp, x: mp.log10(x), _log_cases,
+                                    np.log10))
 form("aten.erfinv.default")(_special("erfinv", lambda mp, x: mp.erfinv(x), _erfinv_cases))
 form("aten.special_log_ndtr.default")(_special("special_log_ndtr", _log_ndtr,
                                                _log_ndtr_cases))

@@ -559,6 +559,21 @@ CASES = [
      lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([4, 0, 4])], {})),
     ("constant_pad_nd", "aten.constant_pad_nd.default",
      lambda g, d: ([rn(g, d, 2, 3, 4), [1, 2, 0, 1]], {})),
+    # a DCG loss's discounts, a count model's terms (correctly rounded; torch's libm is not)
+    ("log2", "aten.log2.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
+    ("log10", "aten.log10.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
+    ("xlog1py", "aten.special_xlog1py.default",
+     lambda g, d: ([torch.where(pos(g, d, 5, 4) > 1, pos(g, d, 5, 4), torch.zeros(5, 4, dtype=d)),
+                    rn(g, d, 5, 4, lo=-0.5, hi=3.0)], {})),
+    # F.pdist (its backward: ATen's column-wise order, the pairs row-major: torch's bits)
+    ("pdist", "aten._pdist_forward.default", lambda g, d: ([rn(g, d, 6, 5), 2.0], {})),
+    ("pdist_1", "aten._pdist_forward.default", lambda g, d: ([rn(g, d, 6, 5), 1.0], {})),
+    ("pdist_backward", "aten._pdist_backward.default",
+     lambda g, d: (lambda x: ([rn(g, d, 15), x, 2.0, torch.ops.aten._pdist_forward(x, 2.0)],
+                              {}))(rn(g, d, 6, 33))),
+    ("pdist_backward_1", "aten._pdist_backward.default",
+     lambda g, d: (lambda x: ([rn(g, d, 15), x, 1.0, torch.ops.aten._pdist_forward(x, 1.0)],
+                              {}))(rn(g, d, 6, 33))),
     # a pad's backward: negative pads crop (here the last dimension's left, the next's right)
     ("constant_pad_nd_crop", "aten.constant_pad_nd.default",
      lambda g, d: ([rn(g, d, 2, 3, 4), [-1, 2, 1, -2], 0.5], {})),
@@ -1049,6 +1064,7 @@ BIT_EXACT = {
     "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "cat",
     "stack", "split", "split_with_sizes", "unbind", "index_select", "constant_pad_nd",
     "constant_pad_nd_crop", "max_unpool2d", "max_unpool2d_collide", "max_unpool3d",
+    "pdist_backward", "pdist_backward_1",
     "embedding", "amax", "max_dim", "argmax", "max_pool",
     # serial in the same order: scatter-adds in index order, window sums tap by tap
     "max_pool_backward", "embedding_backward", "avg_pool", "adaptive_avg",
@@ -1141,7 +1157,8 @@ def test_float32_bits_equal_torch_where_the_order_is_the_same(case, one_thread):
 
 # what torch's CPU kernels refuse in bfloat16 ("not implemented for 'BFloat16'"); the forms
 # refuse it too (float32 and float64 only)
-NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten.multi_margin",
+NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten._pdist_",
+                                                    "aten.multi_margin",
                                                     "aten.linalg_", "aten._linalg_",
                                                     "aten.special_log_ndtr"))}
 
@@ -1399,7 +1416,11 @@ def test_a_complex_product_is_its_parts_products_then_their_sum():
      "do not go together"),
     ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [-2, -2]], "crop more"),
     ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1, 1, 1, 1, 1, 1]], "6 pads for 2"),
-    ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1]], "1 pads for 2")])
+    ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1]], "1 pads for 2"),
+    ("aten._pdist_forward.default", [np.zeros((3, 2)), 3.0], "order 3.0"),
+    ("aten._pdist_forward.default", [np.zeros(3), 2.0], "float32 / float64"),
+    ("aten._pdist_backward.default", [np.zeros(2), np.zeros((3, 2)), 2.0, np.zeros(3)],
+     "one per pair")])
 def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
     """What torch raises for (an index out of range, an empty aminmax), or where its answer is
     the loop's order (a src scattered onto one place twice), is no reference, named."""
@@ -1726,3 +1747,32 @@ def test_special_functions_are_correctly_rounded_with_their_poles_and_limits():
         reference("aten.digamma.default", [x0], {})[0].tobytes()
     with pytest.raises(NoReference, match="budget"):
         reference("aten.lgamma.default", [np.linspace(1, 2, 20000, dtype=np.float32)], {})
+
+
+def test_log2_and_log10_are_correctly_rounded():
+    """float32 ``log2`` / ``log10`` (numpy's double where its rounding to float32 is certain,
+    mpmath for the rest) and float64 (mpmath): each value the float nearest the exact one,
+    checked by mpmath at 200 bits on random, power-of-two, subnormal and special arguments.
+    Planted (numpy's float32 log2 taken as it is): fails."""
+    import mpmath
+
+    rng = np.random.default_rng(3)
+    xs = np.concatenate([rng.random(3000) * 1000, 2.0 ** np.arange(-149, 128),
+                         [1e-45, 3.4e38, 1.0, 0.1]]).astype(np.float32)
+    for op, fn in (("aten.log2.default", lambda v: mpmath.log(v, 2)),
+                   ("aten.log10.default", mpmath.log10)):
+        for x in (xs, xs[:300].astype(np.float64)):
+            y = reference(op, [x], {})[0]
+            assert y.dtype == x.dtype
+            with mpmath.workprec(200):
+                for xi, yi in zip(x.tolist(), y.tolist(), strict=True):
+                    v = fn(mpmath.mpf(xi))
+                    near = np.asarray(yi, x.dtype)
+                    for nb in (np.nextafter(near, x.dtype.type(np.inf)),
+                               np.nextafter(near, x.dtype.type(-np.inf))):
+                        assert abs(mpmath.mpf(float(near)) - v) <= abs(mpmath.mpf(float(nb)) - v), \
+                            (op, xi, yi)
+    special = np.array([0.0, -0.0, -1.0, np.inf, np.nan], np.float32)
+    y = reference("aten.log2.default", [special], {})[0]
+    assert y[0] == -np.inf and y[1] == -np.inf and np.isnan(y[2]) and y[3] == np.inf \
+        and np.isnan(y[4])
