@@ -7,6 +7,7 @@ ops")."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -262,25 +263,21 @@ def _prelu_backward(args: list, kwargs: dict) -> list:
     return [gx, np.broadcast_to(gw, np.broadcast_shapes(g.shape, x.shape, w.shape)).copy()]
 
 
-@form("aten.xlogy.Tensor", "aten.xlogy.Scalar_Other", "aten.xlogy.Scalar_Self")
-def _xlogy(args: list, kwargs: dict) -> list:
-    a, b = args[0], args[1]
-    out = result_type(a, b)
+def _x_log(log: Callable) -> Callable:
+    """``x * log(y)`` forms (xlogy, xlog1py): NaN where y is, +0.0 where x == 0."""
+    def run(args: list, kwargs: dict) -> list:
+        a, b = args[0], args[1]
+        out = result_type(a, b)
 
-    def fn(x, y):  # NaN y: NaN; x == 0: +0.0; else x * log(y)
-        return np.where(np.isnan(y), y, np.where(x == 0, _k(x, 0), x * M.log(y)))
-    return [ew(fn, a, b, out=out if is_float(out) else F32)]
+        def fn(x, y):
+            return np.where(np.isnan(y), y, np.where(x == 0, _k(x, 0), x * log(y)))
+        return [ew(fn, a, b, out=out if is_float(out) else F32)]
+    return run
 
 
-@form("aten.special_xlog1py.default", "aten.special_xlog1py.other_scalar",
-      "aten.special_xlog1py.self_scalar")
-def _xlog1py(args: list, kwargs: dict) -> list:
-    a, b = args[0], args[1]
-    out = result_type(a, b)
-
-    def fn(x, y):  # NaN y: NaN; x == 0: +0.0; else x * log1p(y)
-        return np.where(np.isnan(y), y, np.where(x == 0, _k(x, 0), x * M.log1p(y)))
-    return [ew(fn, a, b, out=out if is_float(out) else F32)]
+form("aten.xlogy.Tensor", "aten.xlogy.Scalar_Other", "aten.xlogy.Scalar_Self")(_x_log(M.log))
+form("aten.special_xlog1py.default", "aten.special_xlog1py.other_scalar",
+     "aten.special_xlog1py.self_scalar")(_x_log(M.log1p))
 
 
 # --- CTC: ATen's LossCTC.cpp (Graves et al. 2006, in log space), one rounding per operation ---

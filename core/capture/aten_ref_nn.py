@@ -326,15 +326,28 @@ def _cdist_forward(args: list, kwargs: dict) -> list:
     ``cdist`` runs below 25 rows or with ``donot_use_mm``; the product form is other ops)."""
     x1, x2, p = _cdist_args(args[0], args[1], args[2])
     with fp_quiet():
-        diff = x1[..., :, None, :] - x2[..., None, :, :]
-        if p == 2:
-            y = np.sqrt(serial_sum(diff * diff, -1))
-        elif p == 1:
-            y = serial_sum(np.abs(diff), -1)
-        else:
-            y = np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(diff.shape[:-1],
-                                                                          x1.dtype)
+        y = _dist_of(x1[..., :, None, :] - x2[..., None, :, :], p)
     return [np.asarray(y).astype(x1.dtype)]
+
+
+def _dist_of(diff: np.ndarray, p: float) -> np.ndarray:
+    """The p-norm over the last axis in order (``cdist``'s and ``pdist``'s forms)."""
+    if p == 2:
+        return np.sqrt(serial_sum(diff * diff, -1))
+    if p == 1:
+        return serial_sum(np.abs(diff), -1)
+    return np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(diff.shape[:-1], diff.dtype)
+
+
+def _dist_terms(diff: np.ndarray, g: np.ndarray, d: np.ndarray, p: float, t: type
+                ) -> np.ndarray:
+    """A distance's gradient terms (ATen's backward kernels): p 2 ``(g * diff) / d`` (0 where
+    ``d`` is 0), p 1 ``g * sign(diff)``, inf ``g * sign(diff)`` where ``|diff| == d``."""
+    if p == 2:
+        return np.where(d == 0, t(0), (g * diff) / d)
+    if p == 1:
+        return g * np.sign(diff)
+    return np.where(np.abs(diff) == d, g * np.sign(diff), t(0))
 
 
 def _pdist_args(x, p) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
@@ -364,13 +377,7 @@ def _pdist_forward(args: list, kwargs: dict) -> list:
     x, p, i, j = _pdist_args(args[0], opt(kwargs, args, 1, "p", 2.0))
     check_elems(i.size, "_pdist")  # (its output: one per pair; the backward's are g's)
     with fp_quiet():
-        diff = x[i] - x[j]
-        if p == 2:
-            y = np.sqrt(serial_sum(diff * diff, -1))
-        elif p == 1:
-            y = serial_sum(np.abs(diff), -1)
-        else:
-            y = np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(i.size, x.dtype)
+        y = _dist_of(x[i] - x[j], p)
     return [np.asarray(y).astype(x.dtype, copy=False)]
 
 
@@ -389,14 +396,7 @@ def _pdist_backward(args: list, kwargs: dict) -> list:
     t = x.dtype.type
     res = np.zeros_like(x)
     with fp_quiet():
-        diff = x[i] - x[j]
-        gg, dd = g[:, None], d[:, None]
-        if p == 2:
-            term = np.where(dd == 0, t(0), (gg * diff) / dd)
-        elif p == 1:
-            term = gg * np.sign(diff)
-        else:
-            term = np.where(np.abs(diff) == dd, gg * np.sign(diff), t(0))
+        term = _dist_terms(x[i] - x[j], g[:, None], d[:, None], p, t)
         # row r's terms in the pairs' order: -t(i', r) for i' < r, then +t(r, j) for j > r
         # (``res - t`` is ``res + (-t)`` exactly), summed in that order from +0.0
         n = x.shape[0]
@@ -463,14 +463,7 @@ def _cdist_backward(args: list, kwargs: dict) -> list:
     t = x1.dtype.type
     with fp_quiet():
         diff = x1[..., :, None, :] - x2[..., None, :, :]  # (..., i, j, m)
-        gg, dd = g[..., None], d[..., None]
-        if p == 2:
-            term = np.where(dd == 0, t(0), (gg * diff) / dd)
-        elif p == 1:
-            term = gg * np.sign(diff)
-        else:
-            term = np.where(np.abs(diff) == dd, gg * np.sign(diff), t(0))
-        y = serial_sum(term, -2)
+        y = serial_sum(_dist_terms(diff, g[..., None], d[..., None], p, t), -2)
     return [np.asarray(y).astype(x1.dtype)]
 
 
