@@ -3609,6 +3609,23 @@ def test_xlogy_is_named_the_c_librarys_log():
     assert named >= 2, named
 
 
+def test_logsumexp_is_named_atens_composite_of_kernels():
+    """``logsumexp`` (a ListNet loss's, ``torch.logsumexp``): ATen's ``amax``, an infinite
+    maximum taken as 0, ``sum(exp(x - m))`` by ``sum``'s kernel with VML's exp, VML's ln, ``+
+    m``; named for torch's own results over trailing and leading dimensions, kept or not, one
+    ulp off unknown. Planted: the sum in order (not sum's kernel) fails it."""
+    g = torch.Generator().manual_seed(14)
+    named = 0
+    for shape, dim, keep in (((4, 10), [-1], False), ((8, 100), [1], True),
+                             ((3, 1000), [1], False), ((6, 5, 7), [1, 2], True),
+                             ((40, 30), [0], False)):
+        x = torch.randn(*shape, generator=g) * 3
+        named += _named_where_it_departs("aten.logsumexp.default", [x.numpy(), dim, keep],
+                                         torch.logsumexp(x, dim, keep).numpy(), "libm",
+                                         "logsumexp")
+    assert named >= 3, named
+
+
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
     from tapescope.core.capture.aten_ref import reference
