@@ -4279,7 +4279,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base.rstrip("_") == "xlogy":
         return [("libm", "PyTorch's CPU xlogy (ATen's scalar kernel, kl_div's): x * log(y) "
                          "with the C library's logf / log, +0 where x == 0, NaN where y is",
-                 _libc_xlogy)]
+                 partial(_libc_xlogy, fn="log"))]
+    if base == "special_xlog1py":
+        return [("libm", "PyTorch's CPU xlog1py (ATen's scalar kernel): x * log1p(y) with the "
+                         "C library's log1pf / log1p, +0 where x == 0, NaN where y is",
+                 partial(_libc_xlogy, fn="log1p"))]
     if base.rstrip("_") in _LIBM and not base.endswith("_backward"):
         return _libm(op, base.rstrip("_"))
     return []
@@ -4306,9 +4310,10 @@ def _aten_logsumexp(args: list, kw: dict) -> np.ndarray:
     return y if keep else y.reshape([n for a, n in enumerate(x.shape) if a not in axes])
 
 
-def _libc_xlogy(args: list, kw: dict) -> np.ndarray:
-    """ATen's ``xlogy_kernel`` (BinaryOpsKernel.cpp, ``cpu_kernel``: no vector path), float32
-    and float64: measured every bit on 100,000 pairs with zeros and NaNs, 1 and 2 threads."""
+def _libc_xlogy(args: list, kw: dict, fn: str) -> np.ndarray:
+    """ATen's ``xlogy_kernel`` / ``xlog1py_kernel`` (``cpu_kernel``: no vector path; ``fn``
+    the C library's ``log`` or ``log1p``), float32 and float64: measured every bit on 100,000
+    pairs with zeros and NaNs, 1 and 2 threads."""
     from tapescope.core.explain_prims import _LIBC_MATH as L
 
     dt = np.result_type(*args[:2])  # (a Python number weak, as torch's scalar operand)
@@ -4317,7 +4322,7 @@ def _libc_xlogy(args: list, kw: dict) -> np.ndarray:
         raise ValueError("written for float32 and float64")
     x, y = np.broadcast_arrays(a.astype(dt, copy=False), b.astype(dt, copy=False))
     with np.errstate(all="ignore"):
-        return np.where(np.isnan(y), y, np.where(x == 0, dt.type(0), x * L.log(y)))
+        return np.where(np.isnan(y), y, np.where(x == 0, dt.type(0), x * getattr(L, fn)(y)))
 
 
 # the last variant run that gave every output of its op (a tuple), with the args it ran on:

@@ -3592,8 +3592,9 @@ def test_a_softmax_over_channels_and_its_backward_are_named(threads):
 
 
 def test_xlogy_is_named_the_c_librarys_log():
-    """``xlogy`` (kl_div's ``target * log(target)``): ATen's scalar kernel, ``x * log(y)``
-    with the C library's ``logf`` (``log`` for float64), +0 where x is 0. Named for torch's own
+    """``xlogy`` (kl_div's ``target * log(target)``) and ``xlog1py``: ATen's scalar kernels,
+    ``x * log(y)`` / ``x * log1p(y)`` with the C library's ``logf`` / ``log1pf`` (``log``,
+    ``log1p`` for float64), +0 where x is 0. Named for torch's own
     results (both operands tensors, and a scalar x), one ulp off unknown. Planted: numpy's
     log in its place fails it."""
     g = torch.Generator().manual_seed(13)
@@ -3606,7 +3607,12 @@ def test_xlogy_is_named_the_c_librarys_log():
                                          torch.xlogy(x, y).numpy(), "libm", "xlogy")
         named += _named_where_it_departs("aten.xlogy.Scalar_Self", [3.0, y.numpy()],
                                          torch.xlogy(3.0, y).numpy(), "libm", "xlogy")
-    assert named >= 2, named
+        y1 = y - 0.9  # (xlog1py's: log1p of -0.9 to 2.1)
+        named += _named_where_it_departs("aten.special_xlog1py.default",
+                                         [x.numpy(), y1.numpy()],
+                                         torch.special.xlog1py(x, y1).numpy(), "libm",
+                                         "xlog1py")
+    assert named >= 3, named
 
 
 def test_logsumexp_is_named_atens_composite_of_kernels():
