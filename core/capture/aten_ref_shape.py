@@ -22,6 +22,7 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     as_dtype,
     check_elems,
+    default_float,
     fast,
     form,
     fp_quiet,
@@ -88,7 +89,7 @@ def _fill_dtype(v: Any, dt: Any) -> np.dtype:
         return d
     if isinstance(v, bool):
         return BOOL
-    return I64 if isinstance(v, int) else F32
+    return I64 if isinstance(v, int) else default_float()
 
 
 def _like(value: Any):
@@ -129,7 +130,8 @@ def _factory(value: Any):
     def run(args: list, kwargs: dict) -> list:
         size = _numel(args[0], "a factory")
         v = args[1] if value is None else value
-        dt = as_dtype(kwargs.get("dtype")) or (_fill_dtype(v, None) if value is None else F32)
+        dt = as_dtype(kwargs.get("dtype")) or (_fill_dtype(v, None) if value is None
+                                                else default_float())
         return [np.full(size, cast(v, dt))]
     return run
 
@@ -159,12 +161,12 @@ def _eye(args: list, kwargs: dict) -> list:
     n = args[0]
     m = args[1] if len(args) > 1 else n
     rows, cols = _numel([n, m], "eye")
-    return [np.eye(rows, cols, dtype=as_dtype(kwargs.get("dtype")) or F32)]
+    return [np.eye(rows, cols, dtype=as_dtype(kwargs.get("dtype")) or default_float())]
 
 
 @form("aten.scalar_tensor.default")
 def _scalar_tensor(args: list, kwargs: dict) -> list:
-    return [cast(args[0], as_dtype(kwargs.get("dtype")) or F32)]
+    return [cast(args[0], as_dtype(kwargs.get("dtype")) or default_float())]
 
 
 @form("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
@@ -174,7 +176,7 @@ def _arange(args: list, kwargs: dict) -> list:
         nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
     dt = as_dtype(kwargs.get("dtype"))
     if dt is None:
-        dt = I64 if all(isinstance(v, int) for v in (start, end, step)) else F32
+        dt = I64 if all(isinstance(v, int) for v in (start, end, step)) else default_float()
     if step == 0 or not all(math.isfinite(v) for v in (start, end, step)):
         raise NoReference("arange: a finite range and a non-zero step")
     n = max(0, -(-(end - start) // step)) if isinstance(end - start, int) else \
@@ -195,7 +197,7 @@ def _linspace(args: list, kwargs: dict) -> list:
             or not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 1 << 31:
         raise NoReference("linspace: number ends and 0 to 2**31 steps")
     check_elems(steps, "linspace")
-    return [_lin(start, end, steps, as_dtype(kwargs.get("dtype")) or F32)]
+    return [_lin(start, end, steps, as_dtype(kwargs.get("dtype")) or default_float())]
 
 
 def _lin(start: float, end: float, steps: int, dt: np.dtype) -> np.ndarray:

@@ -21,7 +21,8 @@ import numpy as np
 
 from tapescope.core import mathlib, native
 
-__all__ = ["OUT_ELEMS", "check_elems", "EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV",
+__all__ = ["OUT_ELEMS", "check_elems", "default_float",
+           "EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV",
            "EW_LERP", "EW_MUL", "EW_SQRT", "FAST", "FORMS", "NoReference", "M", "arr",
            "as_dtype", "compute", "ew", "ew_c", "ew_same", "fast", "float_operands", "form",
            "fp_quiet", "is_float", "quiet_all", "recorded_output", "result_type", "scal", "wide"]
@@ -104,6 +105,19 @@ def check_elems(n: int, what: str) -> None:
     limit = max((np.size(x) for x in outs if x is not None), default=0)
     if n > limit:
         raise NoReference(f"{what} asks for {n} elements, the recorded output has {limit}")
+
+
+def default_float() -> np.dtype:
+    """torch's default float dtype as the run had it (``torch.set_default_dtype``, which a
+    script may change at any point), for a factory given no dtype: the op's recorded output
+    0's when it is of a float type (the only thing that decides it), else float32 (no
+    capture: the tests' calls)."""
+    outs = OUT_ELEMS.get()
+    if outs:
+        r = outs[0]
+        if isinstance(r, np.ndarray) and r.dtype in _FLOATS:
+            return r.dtype
+    return F32
 
 
 def recorded_output(j: int, like: np.ndarray) -> np.ndarray | None:

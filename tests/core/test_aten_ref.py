@@ -1776,3 +1776,39 @@ def test_log2_and_log10_are_correctly_rounded():
     y = reference("aten.log2.default", [special], {})[0]
     assert y[0] == -np.inf and y[1] == -np.inf and np.isnan(y[2]) and y[3] == np.inf \
         and np.isnan(y[4])
+
+
+@pytest.mark.parametrize("op, args", [
+    ("aten.zeros.default", [[2, 3]]),
+    ("aten.ones.default", [[4]]),
+    ("aten.full.default", [[2], 1.5]),
+    ("aten.eye.default", [3]),
+    ("aten.arange.start_step", [0.0, 1.0, 0.25]),
+    ("aten.linspace.default", [0.0, 1.0, 5]),
+    ("aten.scalar_tensor.default", [2.5]),
+])
+def test_a_factory_without_a_dtype_takes_the_runs_default_dtype(op, args):
+    """A script under ``torch.set_default_dtype(torch.float64)``: a factory given no dtype
+    made float64 (the reference made float32: ``no-reference``, "output float32[1], the
+    recorded one float64[1]"). The default dtype is the run's setting, read from the recorded
+    output; with none (no capture) float32, and an explicit dtype wins."""
+    from tapescope.core.capture.aten_ref_table import OUT_ELEMS
+
+    want = reference(op, args, {})[0]
+    assert want.dtype == np.float32
+    token = OUT_ELEMS.set([np.zeros(want.shape, np.float64)])
+    try:
+        got = reference(op, args, {})[0]
+        assert got.dtype == np.float64 and got.shape == want.shape
+        assert np.array_equal(got, want.astype(np.float64))
+        kept = reference(op, args, {"dtype": "torch.float32"})[0]
+        assert kept.dtype == np.float32
+    finally:
+        OUT_ELEMS.reset(token)
+    t = getattr(torch.ops.aten, op.split(".")[1]).__getattr__(op.split(".")[2])
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert t(*args).dtype == torch.float64  # (torch's own answer under that setting)
+    finally:
+        torch.set_default_dtype(before)
