@@ -415,9 +415,11 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
     a strided tensor of a dtype without a numpy type, hashed by its own bytes). A sparse
     tensor: its layout, shape, and its index and value tensors' bytes (COO: ``_indices``,
     ``_values`` as stored; compressed: the compressed and plain indices and the values); a
-    quantized one: its integers, scales and zero points. Anything else: its dtype and shape
-    only, named ``unreadable``."""
+    quantized one: its integers, scales and zero points; a meta tensor (no data) its dtype and
+    shape, named ``meta``. Anything else: its dtype and shape only, named ``unreadable``."""
     d = t.detach()
+    if d.is_meta:  # (a model moved to the meta device: a shape, no data)
+        return "meta", repr(("meta", str(d.dtype), tuple(d.shape))).encode()
     if d.is_nested:  # its components' sizes and bytes, in order
         try:
             parts = d.unbind()

@@ -907,6 +907,10 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 continue
             kind = next((cap.opaque[v] for v in outs if v in cap.opaque), None) \
                 if cap.opaque else None
+            if kind == "meta" and all(cap.opaque.get(v) == "meta" for v in outs):
+                # (a model moved to the meta device, functional_call's template: a shape)
+                mark("recorded", "a meta tensor: its shape and dtype only, no data to judge")
+                continue
             mark("unjudged", f"an output is {unstored}" if kind is None
                  else f"an output is {_opaque_words(kind)}")
             continue

@@ -1226,3 +1226,43 @@ def test_a_checkpoint_loaded_mid_capture_is_the_steps_data(tmp_path, monkeypatch
     assert all("a tensor over a storage" in e["reason"] for e in sets)
     assert all(cap.arrays[o["value"]] is not None for e in sets for o in e["outputs"])
     assert rep["counts"].get("unjudged", 0) == 0 and rep["no_reference"] == []
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_model_ensembled_with_a_meta_template_is_judged(tmp_path, monkeypatch, native):
+    """``torch.func``'s ensembling recipe: ``stack_module_state`` of three models and a copy
+    moved to the meta device as ``functional_call``'s template, run under ``vmap``. The copy's
+    ``_to_copy`` outputs are meta tensors (a shape, no data): they were ``unjudged`` ("a
+    tensor numpy cannot read"); they are ``recorded`` now (an opaque ``meta`` value), every
+    other op judged. Planted (meta read as unreadable): fails."""
+    import copy
+
+    from torch.func import functional_call, stack_module_state, vmap
+
+    def run() -> list:
+        torch.manual_seed(0)
+        models = [torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(),
+                                      torch.nn.Linear(8, 1)) for _ in range(3)]
+        params, buffers = stack_module_state(models)
+        base = copy.deepcopy(models[0]).to("meta")
+        opt = torch.optim.Adam(list(params.values()), lr=1e-2)
+        g = torch.Generator().manual_seed(3)
+        out = []
+        for _ in range(2):
+            x, y = torch.randn(7, 5, generator=g), torch.randn(7, 1, generator=g)
+            pred = vmap(lambda p, b, v: functional_call(base, (p, b), (v,)),
+                        in_dims=(0, 0, None))(params, buffers, x)
+            loss = ((pred - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+        return out
+
+    _, _, cap = _same_bits_captured(run, tmp_path / "e.capture", 2, native, monkeypatch)
+    assert "meta" in set(cap.opaque.values())
+    rep = judge(cap)
+    assert rep["counts"].get("unjudged", 0) == 0 and rep["no_reference"] == []
+    metas = [e for e in rep["ops"] if e.get("reason", "").startswith("a meta tensor")]
+    assert len(metas) == 4  # (the two Linears' weight and bias)
+    assert all(o["verdict"] == "recorded" for e in metas for o in e["outputs"])
