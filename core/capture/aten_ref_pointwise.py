@@ -305,6 +305,31 @@ def _pow_scalar_base(args: list, kwargs: dict) -> list:
     return [ew(general, e, out=out)]
 
 
+@form("aten.pow.Tensor_Tensor")
+def _pow_tensors(args: list, kwargs: dict) -> list:
+    """Each element to the power of its exponent (GeM pooling's learned ``p``): ``exp(log(|x|)
+    * e)`` in float64 (refmath), rounded once, as ``pow.Scalar``'s general case; e = 0 and x = 1
+    give 1, x = 0 gives 0 (e > 0) or inf (e < 0), a negative x the sign of an odd integer e,
+    NaN for a fractional one."""
+    x, e = args[0], args[1]
+    out = result_type(x, e)
+    if not is_float(out):
+        if np.any(np.asarray(e) < 0):
+            raise NoReference("an integer pow with a negative exponent")
+        with fp_quiet():
+            return [np.power(np.asarray(x, out), np.asarray(e, out))]
+
+    def general(v, w):
+        v, w = v.astype(F64), w.astype(F64)
+        y = M.exp(M.log(np.abs(v)) * w)
+        integral = np.floor(w) == w
+        odd = integral & (np.fmod(w, 2.0) != 0)
+        y = np.where(v < 0, np.where(integral, np.where(odd, -y, y), np.nan), y)
+        y = np.where((w == 0) | (v == 1.0), 1.0, y)
+        return y.astype(out)
+    return [ew(general, x, e, out=out)]
+
+
 for _n, _fn in (("maximum", np.maximum), ("minimum", np.minimum)):  # NaN propagates
     form(f"aten.{_n}.default")(lambda args, kwargs, _fn=_fn: [ew(_fn, args[0], args[1])])
 

@@ -3291,6 +3291,43 @@ def _rsqrt_in_type(args: list, kw: dict) -> np.ndarray:
     return (t(1) / np.sqrt(w)).astype(x.dtype)
 
 
+def _sleef_pow_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """ATen's float32 ``pow`` of a tensor base (a focal loss's ``(1 - p) ** 1.5``, GeM
+    pooling's learned exponent): ``cpu_kernel_vec`` with ``Sleef_powf16_u10`` and the C
+    library's ``powf`` on each chunk's tail (``_vec_map``); the chunks of each thread count
+    (the recorded one first). The exponents ATen takes elsewhere (0.5, -0.5, -1, 2, 3, -2)
+    are the table's own forms."""
+    import ctypes
+
+    from tapescope.core.explain_aten import _vec_map, sleef_powf
+
+    x = np.asarray(args[0])
+    y = np.asarray(args[1])
+    if x.dtype != np.float32 or y.dtype.kind != "f" or x.size > 1 << 22 or (
+            y.ndim and y.shape != x.shape and y.size != 1):
+        raise ValueError("written for a float32 base and a scalar or same-shape exponent")
+    if y.size == 1 and float(y.reshape(-1)[0]) in (0.5, -0.5, -1.0, 2.0, 3.0, -2.0):
+        raise ValueError("ATen's specialised exponents: the table's forms")
+    fn = libm().powf
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    yf = np.broadcast_to(y.astype(np.float32), x.shape).reshape(-1)
+    flat = x.reshape(-1)
+
+    def tail(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+        return np.array([fn(float(a), float(b)) for a, b in zip(v, e, strict=True)],
+                        np.float32)
+    rec = np.asarray(recorded).reshape(-1)
+    want, nan = rec.view(np.uint32), np.isnan(rec)
+    known = _RECORDED_THREADS.get()
+    with np.errstate(all="ignore"):
+        for t in ([known, 1] if known else range(1, max(1, -(-x.size // GRAIN_SIZE)) + 1)):
+            out = _vec_map(flat, sleef_powf, tail, t, yf)
+            # (NaNs by the NaN policy: any payload)
+            if np.all((out.view(np.uint32) == want) | (np.isnan(out) & nan)):
+                return out.reshape(x.shape), f"{t} threads' chunks" if t > 1 else "one chunk"
+    raise ValueError("no chunking gives these bits")
+
+
 def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     """``base ** e`` element by element by the C library's powf (float32 and half: in
     float32, then rounded) or pow (float64)."""
@@ -4269,6 +4306,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base.rstrip("_") == "rsqrt":
         return [("libm", "PyTorch's CPU rsqrt: 1 / sqrt(x), each rounded in float32 (float64 "
                          "for float64), not in float64 and once", _rsqrt_in_type)]
+    if base.rstrip("_") == "pow" and op.endswith((".Tensor_Scalar", ".Tensor_Tensor")):
+        return [("libm", "PyTorch's CPU pow (ATen's cpu_kernel_vec: SLEEF's powf on whole "
+                         "register pairs, the C library's powf on the rest, in each thread's "
+                         "chunk; float32)", _Fits(_sleef_pow_fit))]
     if base == "pow" and op.endswith(".Scalar"):
         return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
                          "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]

@@ -3632,6 +3632,28 @@ def test_logsumexp_is_named_atens_composite_of_kernels():
     assert named >= 3, named
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pow_of_a_fractional_exponent_is_named_sleefs(threads):
+    """``pow`` of a float32 tensor to an exponent ATen does not specialise (a focal loss's
+    ``(1 - p_t) ** 1.5``, ``x ** 4``; GeM pooling's learned ``p``, a tensor): ``cpu_kernel_vec``
+    with SLEEF's ``powf`` (``core.explain_aten.sleef_powf``, a double-float log and exp) on
+    whole register pairs and the C library's ``powf`` on each chunk's tail; named for torch's
+    own results (sizes with tails, past a thread's grain), one ulp off unknown. Planted: the
+    tail by SLEEF too, or logkf's polynomial one coefficient off, fails it."""
+    g = torch.Generator().manual_seed(15)
+    named = 0
+    with _threads(threads):
+        for n, e in ((37, 1.5), (1000, 0.75), (70001, 1.5), (500, 4.0), (333, -1.5)):
+            x = torch.rand(n, generator=g) * 3 + 0.01
+            named += _named_where_it_departs("aten.pow.Tensor_Scalar", [x.numpy(), e],
+                                             torch.pow(x, e).numpy(), "libm", "SLEEF's powf")
+        x = torch.rand(64, 3, generator=g) * 3 + 0.01
+        p = torch.tensor(2.7)
+        named += _named_where_it_departs("aten.pow.Tensor_Tensor", [x.numpy(), p.numpy()],
+                                         torch.pow(x, p).numpy(), "libm", "SLEEF's powf")
+    assert named >= 4, named
+
+
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
     from tapescope.core.capture.aten_ref import reference

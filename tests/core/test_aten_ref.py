@@ -559,6 +559,10 @@ CASES = [
      lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([4, 0, 4])], {})),
     ("constant_pad_nd", "aten.constant_pad_nd.default",
      lambda g, d: ([rn(g, d, 2, 3, 4), [1, 2, 0, 1]], {})),
+    # GeM pooling's learned exponent (a tensor), on positive and negative bases
+    ("pow_tensors", "aten.pow.Tensor_Tensor",
+     lambda g, d: ([rn(g, d, 5, 4, lo=-2.0, hi=3.0), torch.tensor([[2.0, 3.0, 0.5, -1.5]] * 5,
+                                                                  dtype=d)], {})),
     # a DCG loss's discounts, a count model's terms (correctly rounded; torch's libm is not)
     ("log2", "aten.log2.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
     ("log10", "aten.log10.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
