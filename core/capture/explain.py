@@ -3291,6 +3291,24 @@ def _rsqrt_in_type(args: list, kw: dict) -> np.ndarray:
     return (t(1) / np.sqrt(w)).astype(x.dtype)
 
 
+def _pow_tensor(op: str) -> list[_Variant]:
+    """A tensor's pow: the exponents ATen hands to its sqrt and rsqrt kernels (0.5: VML's sqrt,
+    the optimizer's variants; -0.5: 1 / sqrt in the type), then SLEEF's powf."""
+    def at_exponent(e: float, run: Callable) -> Callable:
+        def only(args: list, kw: dict) -> np.ndarray:
+            if not op.endswith(".Tensor_Scalar") or len(args) < 2 or args[1] != e:
+                raise ValueError(f"written for a scalar exponent {e}")
+            return run(args, kw)
+        return only
+    return [(c, label + " (pow(x, 0.5): ATen's sqrt kernel)", at_exponent(0.5, run))
+            for c, label, run in _sqrt(op)] + [
+        ("libm", "PyTorch's CPU pow(x, -0.5): its rsqrt kernel, 1 / sqrt(x), each rounded in "
+                 "float32 (float64 for float64)", at_exponent(-0.5, _rsqrt_in_type)),
+        ("libm", "PyTorch's CPU pow (ATen's cpu_kernel_vec: SLEEF's powf on whole register "
+                 "pairs, the C library's powf on the rest, in each thread's chunk; float32)",
+         _Fits(_sleef_pow_fit))]
+
+
 def _sleef_pow_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     """ATen's float32 ``pow`` of a tensor base (a focal loss's ``(1 - p) ** 1.5``, GeM
     pooling's learned exponent): ``cpu_kernel_vec`` with ``Sleef_powf16_u10`` and the C
@@ -4307,9 +4325,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", "PyTorch's CPU rsqrt: 1 / sqrt(x), each rounded in float32 (float64 "
                          "for float64), not in float64 and once", _rsqrt_in_type)]
     if base.rstrip("_") == "pow" and op.endswith((".Tensor_Scalar", ".Tensor_Tensor")):
-        return [("libm", "PyTorch's CPU pow (ATen's cpu_kernel_vec: SLEEF's powf on whole "
-                         "register pairs, the C library's powf on the rest, in each thread's "
-                         "chunk; float32)", _Fits(_sleef_pow_fit))]
+        return _pow_tensor(op)
     if base == "pow" and op.endswith(".Scalar"):
         return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
                          "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]

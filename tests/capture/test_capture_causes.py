@@ -3638,8 +3638,9 @@ def test_pow_of_a_fractional_exponent_is_named_sleefs(threads):
     ``(1 - p_t) ** 1.5``, ``x ** 4``; GeM pooling's learned ``p``, a tensor): ``cpu_kernel_vec``
     with SLEEF's ``powf`` (``core.explain_aten.sleef_powf``, a double-float log and exp) on
     whole register pairs and the C library's ``powf`` on each chunk's tail; named for torch's
-    own results (sizes with tails, past a thread's grain), one ulp off unknown. Planted: the
-    tail by SLEEF too, or logkf's polynomial one coefficient off, fails it."""
+    own results (sizes with tails, past a thread's grain), one ulp off unknown; ``x ** 0.5``
+    (the loss's backward) is ATen's sqrt kernel. Planted: the tail by SLEEF too, or logkf's
+    polynomial one coefficient off, fails it."""
     g = torch.Generator().manual_seed(15)
     named = 0
     with _threads(threads):
@@ -3651,7 +3652,11 @@ def test_pow_of_a_fractional_exponent_is_named_sleefs(threads):
         p = torch.tensor(2.7)
         named += _named_where_it_departs("aten.pow.Tensor_Tensor", [x.numpy(), p.numpy()],
                                          torch.pow(x, p).numpy(), "libm", "SLEEF's powf")
-    assert named >= 4, named
+        # the focal loss's backward: pow(x, 0.5) is ATen's sqrt kernel (MKL VML's, not IEEE's)
+        x = torch.rand(4096, generator=g) + 0.3
+        sq = _named_where_it_departs("aten.pow.Tensor_Scalar", [x.numpy(), 0.5],
+                                     torch.pow(x, 0.5).numpy(), "libm", "sqrt kernel")
+    assert named >= 4 and sq == 1, (named, sq)
 
 
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
