@@ -596,6 +596,8 @@ class Recorder(TorchDispatchMode):
         self.derived_later: list[int] = []
         # op row -> its first argument's memory layout (``LAYOUT_OPS``: ``_layout``)
         self.layouts: dict[int, tuple[list[int], int]] = {}
+        # op row -> its first argument's layout where not C-contiguous (``ops.strided``)
+        self.strided: dict[int, tuple[list[int], int]] = {}
         # value -> why it has no numpy form (``OPAQUE_KINDS``: a sparse layout, quantized)
         self.opaque: dict[int, str] = {}
         self.hasher: _Hasher | None = None
@@ -1319,6 +1321,14 @@ class Recorder(TorchDispatchMode):
             self._uninit_snap[vid] = snap
         return vid
 
+    def _note_strided(self, t: torch.Tensor) -> None:
+        """The last recorded op's first argument's layout where it is not C-contiguous
+        (``ops.strided``: --explain follows a kernel's order over it)."""
+        if t.layout is _STRIDED and not t.is_contiguous() and self.rows:
+            lay = _layout(t)
+            if lay is not None and min(lay[0], default=0) >= 0:
+                self.strided[len(self.rows) - 1] = lay
+
     def _fresh_reads(self, args: Any, enc_args: list, info: tuple) -> list:
         """``enc_args`` with each positional tensor (or one in a list) whose value is
         uninitialised memory as far as the recorded ops go read afresh, its bytes now a value
@@ -1666,9 +1676,12 @@ class Recorder(TorchDispatchMode):
         try:
             if info[8]:  # a collective: its data arrives later: waited for
                 _settle(info[0], out)
+            n0 = len(self.rows)
             self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
             if layout is not None:
                 self.layouts[len(self.rows) - 1] = layout
+            elif args and type(args[0]) in _PLAIN_TENSORS and len(self.rows) > n0:
+                self._note_strided(args[0])
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
             self._broken(info[0], e)
         return out
@@ -1909,7 +1922,10 @@ class Recorder(TorchDispatchMode):
                     # (only where there are some: a file without is read as before)
                     **({"layouts": lay} if (lay := [[i, st, off] for i, (st, off)
                                                     in sorted(self.layouts.items())
-                                                    if i < n_ops]) else {})},
+                                                    if i < n_ops]) else {}),
+                    **({"strided": sd} if (sd := [[i, st, off] for i, (st, off)
+                                                  in sorted(self.strided.items())
+                                                  if i < n_ops]) else {})},
             "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
             "loss_calls": [self.losses.calls.get(s, []) for s in range(1, n_steps + 1)],
             "initial": self.initial,

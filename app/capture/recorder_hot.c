@@ -35,7 +35,8 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
     *s_set_eval_frame, *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived,
-    *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch, *s_fresh_reads;
+    *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch, *s_fresh_reads,
+    *s_note_strided;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1841,6 +1842,24 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
         r = x == NULL ? -1 : 0;
         Py_XDECREF(x);
     }
+    if (r == 0 && PyTuple_GET_SIZE(args) > 0 && is_plain_tensor(PyTuple_GET_ITEM(args, 0))) {
+        /* its first argument's layout where not C-contiguous (``Recorder._note_strided``:
+         * --explain follows a kernel's order over it) */
+        PyObject *t0 = PyTuple_GET_ITEM(args, 0);
+        int f2 = attr_is(t0, s_layout, g_strided);
+        if (f2 > 0)
+            f2 = flag(t0, s_is_contiguous, 1);
+        else if (f2 == 0)
+            f2 = 1;  /* (not strided: no layout to note) */
+        if (f2 == 0) {
+            PyObject *x = PyObject_CallMethodOneArg(self->rec, s_note_strided, t0);
+            if (x == NULL)
+                r = -1;
+            Py_XDECREF(x);
+        } else if (f2 < 0) {
+            r = -1;
+        }
+    }
     if (r < 0 && broken(self, info) < 0)
         Py_CLEAR(out);
     goto end;
@@ -2267,6 +2286,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_derived_digest, "_derived_digest");
     INTERN(s_put, "put");
     INTERN(s_fresh_reads, "_fresh_reads");
+    INTERN(s_note_strided, "_note_strided");
     INTERN(s_recording, "recording");
     INTERN(s_quiet, "quiet");
     INTERN(s_thread, "thread");

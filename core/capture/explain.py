@@ -57,6 +57,7 @@ from tapescope.core.capture.aten_ref_nn import product as ref_product
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
 from tapescope.core.capture.aten_ref_sample import affine_grid
 from tapescope.core.capture.aten_ref_table import as_dtype
+from tapescope.core.capture.file import STRIDED_KW
 from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
@@ -82,6 +83,7 @@ from tapescope.core.explain_aten import (
     _vec_map,
     aten_moments,
     aten_sum,
+    aten_sum_strided,
     flash_attention,
     flash_attention_backward,
     gelu_tanh,
@@ -690,8 +692,28 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
             return np.asarray(s).astype(x.dtype)
         return run
 
-    out = [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
-           if v.prim == "sum"]
+    def strided(args: list, kw: dict) -> np.ndarray:
+        """The sum over its input as it lay in memory (the recorded layout: ``ops.strided``),
+        one thread's order (``aten_sum_strided``)."""
+        lay = kw.get(STRIDED_KW)
+        x = np.asarray(args[0])
+        if lay is None or x.dtype not in (np.float32, np.float64):
+            raise ValueError("written for a float32 / float64 input of a recorded layout")
+        threads = _RECORDED_THREADS.get()
+        if x.size >= GRAIN_SIZE and threads != 1:
+            raise ValueError("a sum of several threads' parts")
+        ax, keep = axes(args, kw)
+        y = aten_sum_strided(x, lay[0], ax, keep)
+        if op.startswith("aten.mean"):
+            n = x.size if ax is None else math.prod(x.shape[a] for a in ax)
+            y = y / y.dtype.type(n)
+        return np.asarray(y).astype(x.dtype)
+
+    out = [("reassociation", "ATen's sum over its input as it lay in memory (the recorded "
+                             "strides: TensorIterator's dimension order, then cascade_sum's "
+                             "2-d loop per outer index)", strided)]
+    out += [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
+            if v.prim == "sum"]
     if ".dim" in op:
         # (ATen's CPU mean is this sum, then divided by the reduced count: ReduceOps.cpp)
         mean = " / n" if op.startswith("aten.mean") else ""

@@ -49,6 +49,12 @@ of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output s
 input's storage), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
 ``LAYOUT_OPS`` once, its first argument a value of as many dimensions as strides, every number
 from 0). A file without the column has none (its ``as_strided`` ops have no reference).
+
+STRIDED (optional ``ops.strided``: ``[[op, strides, storage offset], ...]``): the memory layout
+of each op's first argument where it was not C-contiguous (a transposed view, a slice), as
+the op met it: ``--explain`` lays the value out so to follow a kernel's order over it (a
+``sum``'s TensorIterator order). Checked at load as ``ops.layouts`` (any op). A file without
+the column has none (those kernels are tried on C-ordered values only).
 """
 
 from __future__ import annotations
@@ -72,7 +78,8 @@ from tapescope.core.gcpause import gc_paused
 from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
-           "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
+           "STORED_DTYPES", "STRIDED_KW", "Capture", "CaptureFileError", "DigestMismatchError",
+           "LAYOUT_KW",
            "LAYOUT_OPS", "Limits", "MAX_LOSS_CALLS", "OPAQUE_KINDS", "OVERWRITE_OPS", "Spool",
            "UNINITIALISED_OPS", "c_strides", "comparable", "derived_digest", "derived_holds",
            "digest", "is_capture", "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
@@ -108,6 +115,9 @@ LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
 # the key under which the judge hands such an op's form its first argument's layout (among its
 # keyword arguments: not an identifier, so never one of the op's own)
 LAYOUT_KW = "@layout"
+# the keyword ``--explain`` hands a kernel's variants the layout its first argument had
+# (``ops.strided``; the reference forms never read it: values are layouts' own)
+STRIDED_KW = "@strided"
 GRAPH_KINDS = ("forward", "backward", "inference")
 _NODE_OPS = ("placeholder", "call_function", "get_attr")
 _PREAMBLE = 64
@@ -188,6 +198,10 @@ class Capture:
     # offset), in elements
     layouts: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     opaque: dict[int, str] = field(default_factory=dict)
+    # op -> the memory layout its first argument had where that was not C-contiguous (a
+    # transposed view's, a slice's): (strides, storage offset), in elements; for --explain,
+    # whose kernels' orders follow the layout (``ops.strided``)
+    strided: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
 
     @property
     def n_ops(self) -> int:
@@ -555,7 +569,8 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
                    graphs=spec.graphs, digest_algorithm=spec.algorithm,
                    derived=spec.derived, derived_strides=spec.derived_strides,
-                   layouts=spec.layouts, opaque=spec.opaque, loss_calls=spec.loss_calls)
+                   layouts=spec.layouts, opaque=spec.opaque, loss_calls=spec.loss_calls,
+                   strided=spec.strided)
 
 
 # arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
@@ -998,6 +1013,39 @@ class _Spec:
                     "source": [sources[i] if i >= 0 else "" for i in source],
                     "args": args, "kwargs": kwargs, "outputs": outputs}
         self._layouts(o)
+        self._strided(o)
+
+    def _strided(self, o: dict) -> None:
+        """``ops.strided`` (optional): ``[[op, strides, storage offset], ...]``, each an op whose
+        first argument is a value, listed once, with a stride (an integer from 0) per
+        dimension of that value and an offset from 0 (numbers only: nothing is allocated by
+        them but the ``--explain`` variant's own, which checks its span)."""
+        self.strided: dict[int, tuple[tuple[int, ...], int]] = {}
+        if "strided" not in o:
+            return
+        col, n = o["strided"], len(self.ops["op"])
+        where = "header: 'ops.strided'"
+        if not isinstance(col, list):
+            raise self.bad(f"{where} is not a list")
+        if len(col) > n:
+            raise self.bad(f"{where} has {len(col)} entries, more than the {n} ops")
+        for k, e in enumerate(col):
+            at = f"{where} entry {k} ({str(e)[:60]!r})"
+            if not (isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and 0 <= e[0] < n
+                    and isinstance(e[1], list) and all(_is_int(s) and s >= 0 for s in e[1])
+                    and _is_int(e[2]) and e[2] >= 0):
+                raise self.bad(f"{at} is malformed (not [op, [strides], offset])")
+            i = e[0]
+            if i in self.strided:
+                raise self.bad(f"{at}: op {i} is listed twice")
+            a = self.ops["args"][i]
+            if not (a and isinstance(a[0], dict) and _is_int(a[0].get("T"))
+                    and 0 <= a[0]["T"] < self.n_values):
+                raise self.bad(f"{at}: op {i}'s first argument is not a value")
+            if len(e[1]) != len(self.shapes[a[0]["T"]]):
+                raise self.bad(f"{at}: {len(e[1])} strides for a value of "
+                               f"{len(self.shapes[a[0]['T']])} dimensions")
+            self.strided[i] = (tuple(e[1]), e[2])
 
     def _layouts(self, o: dict) -> None:
         """``ops.layouts`` (optional): ``[[op, strides, storage offset], ...]``, each an op of

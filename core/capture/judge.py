@@ -39,6 +39,7 @@ from tapescope.core.capture.file import (
     LAYOUT_KW,
     OVERWRITE_OPS,
     STORED_DTYPES,
+    STRIDED_KW,
     UNINITIALISED_OPS,
     Capture,
     uninitialised_digest,
@@ -1018,7 +1019,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
                        "max_abs": di["max_abs"], "first_index": di["first_index"]}
                 if explain:
-                    c = explain_op(op, a, k, r, di, j, vendor, threads)
+                    kx = k if i not in cap.strided else {**k, STRIDED_KW: cap.strided[i]}
+                    c = explain_op(op, a, kx, r, di, j, vendor, threads)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
         if op == COMPILED_OP and any(o["verdict"] == "introduced" for o in e["outputs"]):
