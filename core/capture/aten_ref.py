@@ -50,6 +50,7 @@ from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_nn,
     aten_ref_optim,
     aten_ref_pointwise,
+    aten_ref_quant,
     aten_ref_sample,
     aten_ref_shape,
     aten_ref_special,
