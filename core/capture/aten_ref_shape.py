@@ -880,6 +880,33 @@ def _searchsorted(args: list, kwargs: dict) -> list:
     return [_search(seq, x, right, bool(opt(kwargs, args, 2, "out_int32", False)))]
 
 
+@form("aten.bincount.default")
+def _bincount(args: list, kwargs: dict) -> list:
+    """Counts of each non-negative integer of a 1-d input, ``max(max + 1, minlength)`` bins
+    (int64); with weights, their sums per bin from +0.0 in the input's order (ATen's serial
+    loop), in the weights' float type (integer weights: float64)."""
+    x = np.asarray(args[0])
+    w = opt(kwargs, args, 1, "weights", None)
+    minlength = opt(kwargs, args, 2, "minlength", 0)
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x.size and x.min() < 0) \
+            or not isinstance(minlength, int) or minlength < 0:
+        raise NoReference("bincount: a 1-d input of non-negative integers and a minlength "
+                          "from 0")
+    n = max(int(x.max()) + 1 if x.size else 0, minlength)
+    check_elems(n, "bincount")
+    idx = x.astype(I64)
+    if w is None:
+        return [np.bincount(idx, minlength=n).astype(I64)]
+    w = np.asarray(w)
+    if w.shape != x.shape:
+        raise NoReference("bincount: weights of the input's shape")
+    dt = w.dtype if w.dtype.kind == "f" else F64
+    out = np.zeros(n, dt)
+    with fp_quiet():
+        np.add.at(out, idx, w.astype(dt))  # (one element at a time, in order)
+    return [out]
+
+
 @form("aten.histc.default")
 def _histc(args: list, kwargs: dict) -> list:
     """``bins`` equal-width bins of [min, max] (both 0: the input's own least and greatest

@@ -74,6 +74,7 @@ def test_a_file_whose_factory_asks_for_4_gib_is_no_reference_at_once(tmp_path):
      [np.ones((1, 1, 2), np.float32), np.zeros((1, 1, 2), np.int64), [1 << 20, 1 << 20]]),
     ("aten.constant_pad_nd.default", [np.ones((2, 3), np.float32), [1 << 40, 0]]),
     ("aten._pdist_forward.default", [np.ones((12, 1), np.float32), 2.0]),
+    ("aten.bincount.default", [np.array([1 << 40])]),
 ])
 def test_the_forms_check_a_named_size_before_allocating_it(op, args):
     token = OUT_ELEMS.set([np.zeros(64, np.float32), np.zeros(3, np.float32)])

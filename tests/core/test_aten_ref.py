@@ -563,6 +563,11 @@ CASES = [
     ("pow_tensors", "aten.pow.Tensor_Tensor",
      lambda g, d: ([rn(g, d, 5, 4, lo=-2.0, hi=3.0), torch.tensor([[2.0, 3.0, 0.5, -1.5]] * 5,
                                                                   dtype=d)], {})),
+    # a mixture of experts' load-balancing counts, and weighted (serial: torch's bits)
+    ("bincount", "aten.bincount.default",
+     lambda g, d: ([ints(g, 6, 40), None, 9], {})),
+    ("bincount_weights", "aten.bincount.default",
+     lambda g, d: ([ints(g, 6, 40), rn(g, d, 40)], {})),
     # a DCG loss's discounts, a count model's terms (correctly rounded; torch's libm is not)
     ("log2", "aten.log2.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
     ("log10", "aten.log10.default", lambda g, d: ([pos(g, d, 5, 4)], {})),
@@ -1068,7 +1073,7 @@ BIT_EXACT = {
     "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "cat",
     "stack", "split", "split_with_sizes", "unbind", "index_select", "constant_pad_nd",
     "constant_pad_nd_crop", "max_unpool2d", "max_unpool2d_collide", "max_unpool3d",
-    "pdist_backward", "pdist_backward_1",
+    "pdist_backward", "pdist_backward_1", "bincount", "bincount_weights",
     "embedding", "amax", "max_dim", "argmax", "max_pool",
     # serial in the same order: scatter-adds in index order, window sums tap by tap
     "max_pool_backward", "embedding_backward", "avg_pool", "adaptive_avg",
@@ -1422,6 +1427,9 @@ def test_a_complex_product_is_its_parts_products_then_their_sum():
     ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1, 1, 1, 1, 1, 1]], "6 pads for 2"),
     ("aten.constant_pad_nd.default", [np.zeros((2, 3)), [1]], "1 pads for 2"),
     ("aten._pdist_forward.default", [np.zeros((3, 2)), 3.0], "order 3.0"),
+    ("aten.bincount.default", [np.array([1, -1])], "non-negative"),
+    ("aten.bincount.default", [np.array([[1]])], "1-d input"),
+    ("aten.bincount.default", [np.array([1, 2]), np.ones(3)], "weights of the input"),
     ("aten._pdist_forward.default", [np.zeros(3), 2.0], "float32 / float64"),
     ("aten._pdist_backward.default", [np.zeros(2), np.zeros((3, 2)), 2.0, np.zeros(3)],
      "one per pair")])
