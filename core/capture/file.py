@@ -1016,46 +1016,26 @@ class _Spec:
         self._strided(o)
 
     def _strided(self, o: dict) -> None:
-        """``ops.strided`` (optional): ``[[op, strides, storage offset], ...]``, each an op whose
-        first argument is a value, listed once, with a stride (an integer from 0) per
-        dimension of that value and an offset from 0 (numbers only: nothing is allocated by
-        them but the ``--explain`` variant's own, which checks its span)."""
-        self.strided: dict[int, tuple[tuple[int, ...], int]] = {}
-        if "strided" not in o:
-            return
-        col, n = o["strided"], len(self.ops["op"])
-        where = "header: 'ops.strided'"
-        if not isinstance(col, list):
-            raise self.bad(f"{where} is not a list")
-        if len(col) > n:
-            raise self.bad(f"{where} has {len(col)} entries, more than the {n} ops")
-        for k, e in enumerate(col):
-            at = f"{where} entry {k} ({str(e)[:60]!r})"
-            if not (isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and 0 <= e[0] < n
-                    and isinstance(e[1], list) and all(_is_int(s) and s >= 0 for s in e[1])
-                    and _is_int(e[2]) and e[2] >= 0):
-                raise self.bad(f"{at} is malformed (not [op, [strides], offset])")
-            i = e[0]
-            if i in self.strided:
-                raise self.bad(f"{at}: op {i} is listed twice")
-            a = self.ops["args"][i]
-            if not (a and isinstance(a[0], dict) and _is_int(a[0].get("T"))
-                    and 0 <= a[0]["T"] < self.n_values):
-                raise self.bad(f"{at}: op {i}'s first argument is not a value")
-            if len(e[1]) != len(self.shapes[a[0]["T"]]):
-                raise self.bad(f"{at}: {len(e[1])} strides for a value of "
-                               f"{len(self.shapes[a[0]['T']])} dimensions")
-            self.strided[i] = (tuple(e[1]), e[2])
+        """``ops.strided`` (optional): as ``ops.layouts``, for any op whose first argument is
+        a value (numbers only: nothing is allocated by them but the ``--explain`` variant's
+        own, which checks its span)."""
+        self.strided = self._layout_column(o, "strided", False)
 
     def _layouts(self, o: dict) -> None:
         """``ops.layouts`` (optional): ``[[op, strides, storage offset], ...]``, each an op of
         ``LAYOUT_OPS`` whose first argument is a value, listed once, with a stride (an integer
         from 0) per dimension of that value and an offset from 0."""
-        self.layouts: dict[int, tuple[tuple[int, ...], int]] = {}
-        if "layouts" not in o:
-            return
-        col, n = o["layouts"], len(self.ops["op"])
-        where = "header: 'ops.layouts'"
+        self.layouts = self._layout_column(o, "layouts", True)
+
+    def _layout_column(self, o: dict, name: str, layout_ops: bool
+                       ) -> dict[int, tuple[tuple[int, ...], int]]:
+        """The ops' column ``name`` of ``[op, strides, storage offset]`` entries, checked (an
+        op of ``LAYOUT_OPS`` where ``layout_ops``)."""
+        out: dict[int, tuple[tuple[int, ...], int]] = {}
+        if name not in o:
+            return out
+        col, n = o[name], len(self.ops["op"])
+        where = f"header: 'ops.{name}'"
         if not isinstance(col, list):
             raise self.bad(f"{where} is not a list")
         if len(col) > n:
@@ -1067,10 +1047,10 @@ class _Spec:
                     and _is_int(e[2]) and e[2] >= 0):
                 raise self.bad(f"{at} is malformed (not [op, [strides], offset])")
             i = e[0]
-            if i in self.layouts:
+            if i in out:
                 raise self.bad(f"{at}: op {i} is listed twice")
             parts = self.ops["op"][i].split(".")
-            if len(parts) < 2 or parts[1] not in LAYOUT_OPS:
+            if layout_ops and (len(parts) < 2 or parts[1] not in LAYOUT_OPS):
                 raise self.bad(f"{at}: op {i} ({self.ops['op'][i][:60]}) reads no layout")
             a = self.ops["args"][i]
             if not (a and isinstance(a[0], dict) and _is_int(a[0].get("T"))
@@ -1079,7 +1059,8 @@ class _Spec:
             if len(e[1]) != len(self.shapes[a[0]["T"]]):
                 raise self.bad(f"{at}: {len(e[1])} strides for a value of "
                                f"{len(self.shapes[a[0]['T']])} dimensions")
-            self.layouts[i] = (tuple(e[1]), e[2])
+            out[i] = (tuple(e[1]), e[2])
+        return out
 
     def _graphs(self, h: dict) -> None:
         """Compiled graphs: data only (targets are names the judge looks up in its table,
