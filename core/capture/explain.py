@@ -4410,6 +4410,26 @@ def _libc_xlogy(args: list, kw: dict, fn: str) -> np.ndarray:
 _LAST: list = [None]
 
 
+def _ftz(op: str) -> _Variant:
+    """Any op with its float inputs' and outputs' subnormals flushed to (signed) zero (a
+    script's ``torch.set_flush_denormal(True)``: the CPU's FTZ and DAZ modes), the table's
+    reference between: tried last, as core.explain's ``ftz`` for tape nodes."""
+    from tapescope.core.explain import _flush
+
+    def flush(a: Any) -> Any:
+        if isinstance(a, np.ndarray):
+            return _flush(a)
+        return [flush(v) for v in a] if isinstance(a, list) else a
+
+    def run(args: list, kw: dict) -> tuple:
+        from tapescope.core.capture.aten_ref import reference
+
+        return tuple(flush(np.asarray(y)) if y is not None else y
+                     for y in reference(op, flush(list(args)), kw))
+    return ("ftz", "subnormals flushed to zero, the inputs' and the outputs' (a script's "
+                   "torch.set_flush_denormal(True))", run)
+
+
 def _every_output(op: str, label: str, run: Callable, args: list, kwargs: dict) -> Any:
     last = _LAST[0]
     if last is not None and last[0] == (op, label) and last[1] is args and last[2] is kwargs:
@@ -4467,7 +4487,7 @@ def _explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: d
     shapes = tuple(np.shape(a) for a in args if isinstance(a, np.ndarray))
     key = ("capture", op, output, shapes, np.dtype(recorded.dtype).str,
            repr(args[len(shapes):]))
-    cands = _by_vendor(_variants(op, _dtype(args)), vendor)
+    cands = _by_vendor(_variants(op, _dtype(args)), vendor) + [_ftz(op)]
     hints = _HINTS.get(key, ())
     if hints:
         rank = {lab: i for i, lab in enumerate(hints)}

@@ -3659,6 +3659,30 @@ def test_pow_of_a_fractional_exponent_is_named_sleefs(threads):
     assert named >= 4 and sq == 1, (named, sq)
 
 
+def test_subnormals_flushed_by_the_script_are_named_ftz():
+    """A script's ``torch.set_flush_denormal(True)`` (the CPU's FTZ and DAZ modes): products
+    that would be subnormal are +-0 and subnormal inputs read as 0, where the reference keeps
+    them; named ``ftz`` (any op: the table's reference between flushed inputs and outputs),
+    one ulp off unknown. Planted (the inputs not flushed): fails on the subnormal inputs."""
+    g = torch.Generator().manual_seed(16)
+    x = torch.randn(256, generator=g) * 1e-19
+    y = torch.randn(256, generator=g) * 1e-19
+    x[::7] = 3e-39  # (subnormal inputs: DAZ reads them as 0)
+    z = torch.full((256,), 1e-33) + y * 1e-16  # (normal: a subnormal x added to it counts)
+    before = torch.set_flush_denormal(True)
+    try:
+        prod = torch.mul(x, y).numpy()
+        summed = torch.add(x, z).numpy()
+    finally:
+        torch.set_flush_denormal(False)
+    assert before  # (the CPU has the modes: every x86-64 does)
+    named = _named_where_it_departs("aten.mul.Tensor", [x.numpy(), y.numpy()], prod, "ftz",
+                                    "flushed")
+    named += _named_where_it_departs("aten.add.Tensor", [x.numpy(), z.numpy()], summed, "ftz",
+                                     "flushed")
+    assert named == 2, named
+
+
 def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
     from tapescope.core.capture.aten_ref import reference
