@@ -508,6 +508,10 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     a = t.detach() if t.requires_grad else t
     if a.layout is not torch.strided or a.is_quantized or a.is_meta or a.is_nested:
         return None, False
+    if a._is_zerotensor():  # (forward AD's zero tangents: zeros, whatever their memory
+        dt = _NP_OF.get(a.dtype)  # holds: it is never written, the heap's bytes)
+        if dt is not None:
+            return np.zeros(tuple(a.shape), dt), True
     own = not a.is_cpu
     if own:
         a = a.cpu()
@@ -1107,8 +1111,9 @@ class Recorder(TorchDispatchMode):
             raise _LazyArgument
         name = _NUMPY_DTYPES.get(t.dtype)
         if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg() \
-                and not t.is_nested:
-            # the common case: a CPU tensor numpy holds as it is
+                and not t.is_nested and not t._is_zerotensor():
+            # the common case: a CPU tensor numpy holds as it is (a ZeroTensor, forward AD's
+            # zero tangents, is zeros whatever its memory holds: ``_new_value_any``)
             self.devices.add("cpu")
             vid = len(self.v_dtype)
             self.v_dtype.append(name)

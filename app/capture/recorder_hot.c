@@ -36,7 +36,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
     *s_set_eval_frame, *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived,
     *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch, *s_fresh_reads,
-    *s_note_strided;
+    *s_note_strided, *s_is_zerotensor;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -77,7 +77,7 @@ static PyObject *tcall(PyObject *t, PyObject *name) {
 static int find_descriptors(void) {
     PyObject *names[] = {s_version, s_dtype, s_layout, s_nbytes, s_shape, s_base, s_is_cpu,
                          s_is_quantized, s_data_ptr, s_stride, s_is_neg, s_is_contiguous,
-                         s_numel, s_is_conj, s_dim};
+                         s_numel, s_is_conj, s_dim, s_is_zerotensor};
     for (int i = 0; i < d_n; i++)
         Py_CLEAR(d_descr[i]);
     d_n = 0;
@@ -364,6 +364,10 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
         return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
     /* a nested tensor (strided, but no one shape: the transformer's fast path): the Python's */
     if ((f = flag(t, s_is_nested, 0)) != 0)
+        return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    /* a ZeroTensor (forward AD's zero tangents: zeros, its memory never written): the
+     * Python's */
+    if ((f = flag(t, s_is_zerotensor, 1)) != 0)
         return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
     if ((nb = tget(t, s_nbytes)) == NULL)
         return NULL;
@@ -2287,6 +2291,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_put, "put");
     INTERN(s_fresh_reads, "_fresh_reads");
     INTERN(s_note_strided, "_note_strided");
+    INTERN(s_is_zerotensor, "_is_zerotensor");
     INTERN(s_recording, "recording");
     INTERN(s_quiet, "quiet");
     INTERN(s_thread, "thread");

@@ -137,6 +137,8 @@ def _factory(value: Any):
 
 
 form("aten.zeros.default")(_factory(0))
+# forward AD's zero tangents (a ZeroTensor: zeros, whatever its memory holds)
+form("aten._efficientzerotensor.default")(_factory(0))
 form("aten.ones.default")(_factory(1))
 form("aten.full.default")(_factory(None))
 

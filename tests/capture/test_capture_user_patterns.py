@@ -1266,3 +1266,42 @@ def test_a_model_ensembled_with_a_meta_template_is_judged(tmp_path, monkeypatch,
     metas = [e for e in rep["ops"] if e.get("reason", "").startswith("a meta tensor")]
     assert len(metas) == 4  # (the two Linears' weight and bias)
     assert all(o["verdict"] == "recorded" for e in metas for o in e["outputs"])
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_forward_mode_ad_zero_tangents_are_zeros_not_the_heap(tmp_path, monkeypatch, native):
+    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``) makes zero tangents
+    as ZeroTensors (``_efficientzerotensor``): zeros whose memory is never written. The
+    recorder read that memory: the heap's bytes went into the file (6.6e28, 3.1e-41 ...) and
+    every such op was ``no reference``. A ZeroTensor is recorded as the zeros it is, and the
+    factory judged (exact). Planted (the memory read): fails."""
+    import torch.autograd.forward_ad as fwAD
+
+    def run() -> list:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for _ in range(2):
+            x, v = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+            with fwAD.dual_level():
+                y = net(fwAD.make_dual(x, v))
+                tangent = fwAD.unpack_dual(y).tangent
+            loss = y.pow(2).mean() + 0.1 * tangent.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+        return out
+
+    _, _, cap = _same_bits_captured(run, tmp_path / "z.capture", 2, native, monkeypatch)
+    zeros = [i for i, op in enumerate(cap.ops["op"]) if op == "aten._efficientzerotensor.default"]
+    assert zeros
+    for i in zeros:
+        (v,) = cap.ops["outputs"][i]
+        assert cap.arrays[v] is not None and not np.any(cap.arrays[v])
+    rep = judge(cap)
+    by_op = {e["index"]: e for e in rep["ops"]}
+    assert all(o["verdict"] == "exact" for i in zeros for o in by_op[i]["outputs"])
+    assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
