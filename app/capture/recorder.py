@@ -416,7 +416,13 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
     tensor: its layout, shape, and its index and value tensors' bytes (COO: ``_indices``,
     ``_values`` as stored; compressed: the compressed and plain indices and the values); a
     quantized one: its integers, scales and zero points; a meta tensor (no data) its dtype and
-    shape, named ``meta``. Anything else: its dtype and shape only, named ``unreadable``."""
+    shape, named ``meta``; a wrapper subclass with no memory of its own its type's name, dtype
+    and shape, named ``subclass``. Anything else: its dtype and shape only, named
+    ``unreadable``."""
+    if _no_memory(t):  # (a wrapper subclass: its name, dtype and shape only; nothing run on
+        # it, no ``detach``: its own ``__torch_dispatch__`` would see the recorder's reads)
+        return "subclass", repr(("subclass", type(t).__name__[:64], str(t.dtype),
+                                 tuple(t.shape))).encode()
     d = t.detach()
     if d.is_meta:  # (a model moved to the meta device: a shape, no data)
         return "meta", repr(("meta", str(d.dtype), tuple(d.shape))).encode()
@@ -455,6 +461,18 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
             _alias_np(p.cpu().contiguous().view(torch.uint8)).tobytes() for p in parts)
     except RuntimeError:
         return "unreadable", head
+
+
+def _no_memory(t: torch.Tensor) -> bool:
+    """A tensor subclass with no memory of its own (a ``__torch_dispatch__`` wrapper made by
+    ``_make_wrapper_subclass``: a data pointer of 0): its values are its inner tensors',
+    which only the subclass knows; reading its memory read the heap."""
+    if type(t) in _PLAIN_TENSORS:
+        return False
+    try:
+        return t.numel() > 0 and t.data_ptr() == 0
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 # the largest uninitialised memory whose bytes are remembered (as a digest, in memory only)
@@ -505,6 +523,8 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
     cannot hold."""
+    if _no_memory(t):  # (a wrapper subclass: no memory of its own to read; not detached:
+        return None, False  # its ``__torch_dispatch__`` would see that)
     a = t.detach() if t.requires_grad else t
     if a.layout is not torch.strided or a.is_quantized or a.is_meta or a.is_nested:
         return None, False
@@ -1111,7 +1131,7 @@ class Recorder(TorchDispatchMode):
             raise _LazyArgument
         name = _NUMPY_DTYPES.get(t.dtype)
         if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg() \
-                and not t.is_nested and not t._is_zerotensor():
+                and not t.is_nested and not t._is_zerotensor() and not _no_memory(t):
             # the common case: a CPU tensor numpy holds as it is (a ZeroTensor, forward AD's
             # zero tangents, is zeros whatever its memory holds: ``_new_value_any``)
             self.devices.add("cpu")
@@ -1295,6 +1315,8 @@ class Recorder(TorchDispatchMode):
                 or out.is_neg() or not out.is_contiguous():
             return None
         p, n, dt = out.data_ptr(), out.numel(), out.dtype
+        if not p:  # (no memory of its own, a wrapper subclass's: no bytes to share)
+            return None
         for a, e in zip(args, enc_args, strict=False):
             # (the layout first: a sparse argument has no data pointer to ask for)
             if isinstance(a, torch.Tensor) and a.layout is _STRIDED and a.dtype is dt \

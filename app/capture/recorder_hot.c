@@ -992,6 +992,8 @@ static PyObject *same_bytes(PyObject *out, PyObject *args, PyObject *enc_args) {
     long long p = long_of(out, s_data_ptr, 1), n;
     if (PyErr_Occurred() || ((n = long_of(out, s_numel, 1)) == -1 && PyErr_Occurred()))
         goto done;
+    if (p == 0)  /* (no memory of its own, a wrapper subclass's: no bytes to share) */
+        goto done;
     Py_ssize_t na = PyTuple_GET_SIZE(args), ne = PyList_GET_SIZE(enc_args);
     for (Py_ssize_t i = 0; i < na && i < ne; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);

@@ -109,7 +109,7 @@ OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "be
 # (its strides and storage offset), not only on its values: the recorder records that layout
 # why a value has no numpy form (``values.opaque``; ``Capture.opaque``): the recorder's names
 OPAQUE_KINDS = frozenset({"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
-                          "quantized", "nested", "meta", "unreadable"})
+                          "quantized", "nested", "meta", "subclass", "unreadable"})
 # (``ops.layouts``; ``Capture.layouts``)
 LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
 # the key under which the judge hands such an op's form its first argument's layout (among its

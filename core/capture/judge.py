@@ -762,8 +762,10 @@ def _missing(vid: int, uninitialised: set[int], unstored: str,
 
 
 def _opaque_words(kind: str) -> str:
-    return (f"a {kind} tensor" if kind != "unreadable" else "a tensor numpy cannot read") + \
-        " (no array is recorded: its digest only)"
+    what = {"unreadable": "a tensor numpy cannot read",
+            "subclass": "a tensor subclass with no memory of its own (its values are its "
+                        "inner tensors', which only the subclass knows)"}.get(kind)
+    return (what or f"a {kind} tensor") + " (no array is recorded: its digest only)"
 
 
 def _group_of(args: list) -> list | None:

@@ -1305,3 +1305,63 @@ def test_forward_mode_ad_zero_tangents_are_zeros_not_the_heap(tmp_path, monkeypa
     by_op = {e["index"]: e for e in rep["ops"]}
     assert all(o["verdict"] == "exact" for i in zeros for o in by_op[i]["outputs"])
     assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
+
+
+class _Counting(torch.Tensor):
+    """A ``__torch_dispatch__`` wrapper subclass (``_make_wrapper_subclass``: no memory of its
+    own) that counts the ops it sees, as a user's logging tensor would."""
+
+    calls = 0
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.size(), strides=elem.stride(),
+                                                   dtype=elem.dtype, device=elem.device,
+                                                   requires_grad=elem.requires_grad)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        _Counting.calls += 1
+        out = func(*tree_map(lambda t: t.elem if isinstance(t, _Counting) else t, args),
+                   **tree_map(lambda t: t.elem if isinstance(t, _Counting) else t, kwargs or {}))
+        return tree_map(lambda t: _Counting(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_wrapper_subclass_is_neither_read_nor_run_on(tmp_path, monkeypatch, native):
+    """A tensor subclass with no memory of its own (a user's logging tensor through the
+    model): the recorder read its data pointer of 0 and stored the heap's bytes as its values
+    (every op then ``introduced`` by millions of ulps), took two such tensors for the same
+    bytes, and its reads ran ops the subclass saw. Now such a value is an opaque ``subclass``
+    (its type's name, dtype and shape hashed), nothing is run on it (the subclass's own count of
+    ops is the same with and without the capture), and its ops are ``unjudged``, saying why.
+    Planted (its memory read; detach run on it): fails."""
+    def run() -> list:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(2)
+        _Counting.calls = 0
+        out = []
+        for _ in range(2):
+            x = _Counting(torch.randn(6, 4, generator=g))
+            y = torch.randint(0, 2, (6,), generator=g)
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out += [loss.elem.detach().clone(), torch.tensor(float(_Counting.calls))]
+        return out
+
+    _, _, cap = _same_bits_captured(run, tmp_path / "w.capture", 2, native, monkeypatch)
+    sub = [v for v, k in cap.opaque.items() if k == "subclass"]
+    assert sub and all(cap.arrays[v] is None for v in sub)
+    rep = judge(cap)
+    assert rep["counts"].get("introduced", 0) == 0  # (no verdict on the heap's bytes)
+    unj = [e for e in rep["ops"] if any(o["verdict"] == "unjudged" for o in e["outputs"])]
+    assert unj and all("subclass with no memory of its own" in e["reason"] for e in unj)
