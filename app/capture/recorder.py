@@ -293,9 +293,10 @@ def _forward_hook_always(nn_module: Any, hook: Any) -> Any:
 
 def _ptr(t: torch.Tensor) -> int:
     """t's data pointer, part of its identity to the recorder (``t.data = x`` moves it, no
-    aten op seen); -1 for a tensor without one (sparse, a wrapper subclass)."""
+    aten op seen); -1 for a tensor without one (sparse, a wrapper subclass: its pointer, 0 or
+    a DTensor's 288, is no memory's)."""
     try:
-        return t.data_ptr()
+        return t.data_ptr() if type(t) in _PLAIN_TENSORS or not _no_memory(t) else -1
     except (RuntimeError, NotImplementedError):
         return -1
 
@@ -304,6 +305,8 @@ def _skey(t: torch.Tensor) -> int:
     """Where t's storage begins (its data pointer less its offset): the key of every tensor
     over that memory, a view that starts elsewhere included (``Recorder._by_ptr``); -1 for a
     tensor without one."""
+    if _no_memory(t):
+        return -1
     try:
         return t.data_ptr() - t.storage_offset() * t.element_size()
     except (RuntimeError, NotImplementedError):
@@ -464,15 +467,21 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
 
 
 def _no_memory(t: torch.Tensor) -> bool:
-    """A tensor subclass with no memory of its own (a ``__torch_dispatch__`` wrapper made by
-    ``_make_wrapper_subclass``: a data pointer of 0): its values are its inner tensors',
-    which only the subclass knows; reading its memory read the heap."""
+    """A tensor subclass whose values are not its memory's: one with its own
+    ``__torch_dispatch__`` (torch's Python dispatch key: a wrapper made by
+    ``_make_wrapper_subclass``, FSDP2's ``DTensor`` parameters). Its values are its inner
+    tensors', which only the subclass knows; its data pointer is 0 or no address at all (a
+    DTensor's: 288), and reading its memory read the heap or crashed the script."""
     if type(t) in _PLAIN_TENSORS:
         return False
     try:
-        return t.numel() > 0 and t.data_ptr() == 0
-    except (RuntimeError, NotImplementedError):
+        return _DISPATCH_KEYS(t).has(_PYTHON_KEY)
+    except (RuntimeError, AttributeError):
         return True
+
+
+_DISPATCH_KEYS = torch._C._dispatch_keys
+_PYTHON_KEY = torch._C.DispatchKey.Python
 
 
 # the largest uninitialised memory whose bytes are remembered (as a digest, in memory only)
@@ -1315,11 +1324,12 @@ class Recorder(TorchDispatchMode):
                 or out.is_neg() or not out.is_contiguous():
             return None
         p, n, dt = out.data_ptr(), out.numel(), out.dtype
-        if not p:  # (no memory of its own, a wrapper subclass's: no bytes to share)
+        if not p or _no_memory(out):  # (a wrapper subclass's pointer is no memory's)
             return None
         for a, e in zip(args, enc_args, strict=False):
             # (the layout first: a sparse argument has no data pointer to ask for)
-            if isinstance(a, torch.Tensor) and a.layout is _STRIDED and a.dtype is dt \
+            if isinstance(a, torch.Tensor) and not _no_memory(a) and a.layout is _STRIDED \
+                    and a.dtype is dt \
                     and a.data_ptr() == p and a.numel() == n and not a.is_neg() \
                     and a.is_contiguous():
                 return e["T"]

@@ -992,16 +992,15 @@ static PyObject *same_bytes(PyObject *out, PyObject *args, PyObject *enc_args) {
     long long p = long_of(out, s_data_ptr, 1), n;
     if (PyErr_Occurred() || ((n = long_of(out, s_numel, 1)) == -1 && PyErr_Occurred()))
         goto done;
-    if (p == 0)  /* (no memory of its own, a wrapper subclass's: no bytes to share) */
+    /* (a subclass's pointer may be no memory's: a wrapper's 0, a DTensor's 288; plain
+     * tensors only, as Recorder._same_bytes with ``_no_memory``) */
+    if (p == 0 || !is_plain_tensor(out))
         goto done;
     Py_ssize_t na = PyTuple_GET_SIZE(args), ne = PyList_GET_SIZE(enc_args);
     for (Py_ssize_t i = 0; i < na && i < ne; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
-        if ((f = is_tensor(a)) <= 0) {
-            if (f < 0)
-                goto done;
+        if (!is_plain_tensor(a))
             continue;
-        }
         if ((f = attr_is(a, s_dtype, dtype)) <= 0) {
             if (f < 0)
                 goto done;

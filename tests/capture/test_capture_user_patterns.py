@@ -1365,3 +1365,47 @@ def test_a_wrapper_subclass_is_neither_read_nor_run_on(tmp_path, monkeypatch, na
     assert rep["counts"].get("introduced", 0) == 0  # (no verdict on the heap's bytes)
     unj = [e for e in rep["ops"] if any(o["verdict"] == "unjudged" for o in e["outputs"])]
     assert unj and all("subclass with no memory of its own" in e["reason"] for e in unj)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_fsdp2_on_one_rank_is_captured_not_crashed(tmp_path, monkeypatch, native):
+    """FSDP2 (``fully_shard``) makes its parameters ``DTensor``s: a ``__torch_dispatch__``
+    subclass whose data pointer is no memory's (288 here). The recorder read 288 as an
+    address: the script died with SIGSEGV under the capture. Such values are opaque now
+    (``subclass``), the script runs on with the same losses, and the capture is written and
+    judged. Planted (the subclass test by a 0 pointer only): the script crashes."""
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no gloo backend (torch.distributed.is_gloo_available())")
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)")
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        def run() -> list:
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(),
+                                      torch.nn.Linear(12, 3))
+            fully_shard(net[0])
+            fully_shard(net)
+            opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+            g = torch.Generator().manual_seed(1)
+            out = []
+            for _ in range(2):
+                x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                out.append(loss.detach().clone())
+            return out
+
+        _, _, cap = _same_bits_captured(run, tmp_path / "f.capture", 2, native, monkeypatch)
+    finally:
+        dist.destroy_process_group()
+    assert "subclass" in set(cap.opaque.values())
+    rep = judge(cap)
+    assert rep["counts"].get("exact", 0) > 0
