@@ -4424,8 +4424,14 @@ def _ftz(op: str) -> _Variant:
     def run(args: list, kw: dict) -> tuple:
         from tapescope.core.capture.aten_ref import reference
 
-        return tuple(flush(np.asarray(y)) if y is not None else y
-                     for y in reference(op, flush(list(args)), kw))
+        got = tuple(flush(np.asarray(y)) if y is not None else y
+                    for y in reference(op, flush(list(args)), kw))
+        plain = reference(op, list(args), kw)
+        if all(a is None or (np.asarray(a).shape == np.asarray(b).shape
+                             and np.asarray(a).tobytes() == np.asarray(b).tobytes())
+               for a, b in zip(got, plain, strict=True)):
+            raise ValueError("no subnormal in or out: flushing changes nothing here")
+        return got
     return ("ftz", "subnormals flushed to zero, the inputs' and the outputs' (a script's "
                    "torch.set_flush_denormal(True))", run)
 
