@@ -366,14 +366,6 @@ def _df_add2_ff(x: Any, y: Any) -> tuple:
     return s, ((x - (s - v)) + (y - v)).astype(f32)
 
 
-def _df_add2_pf(x: tuple, y: Any) -> tuple:
-    """dfadd2 of a pair and a float (no +0 added to the low part: its sign kept)."""
-    f32 = np.float32
-    s = (x[0] + y).astype(f32)
-    v = (s - x[0]).astype(f32)
-    return s, (((x[0] - (s - v)) + (y - v)) + x[1]).astype(f32)
-
-
 def _sleef_logkf(d: np.ndarray) -> tuple:
     """SLEEF's ``logkf`` (float32, AVX-512 FMA build: getexp / getmant): log(d) of d > 0 as
     a double-float pair."""
@@ -401,8 +393,8 @@ def _sleef_expkf(d: tuple) -> np.ndarray:
          * f32(1.442695040888963407359924681001892137426645954152985934135449406931)).astype(f32)
     q = np.rint(np.nan_to_num(u)).clip(-(1 << 30), 1 << 30).astype(np.int32)
     qf = q.astype(f32)
-    s = _df_add2_pf(d, (qf * f32(-0.693145751953125)).astype(f32))
-    s = _df_add2_pf(s, (qf * f32(-1.428606765330187045e-06)).astype(f32))
+    s = _df_add2(d, (qf * f32(-0.693145751953125)).astype(f32))
+    s = _df_add2(s, (qf * f32(-1.428606765330187045e-06)).astype(f32))
     n = (s[0] + s[1]).astype(f32)
     s = (n, ((s[0] - n) + s[1]).astype(f32))  # (dfnormalize)
     u = np.full_like(d[0], f32(0.00136324646882712841033936))
@@ -852,14 +844,21 @@ def softmax_inner_lanes(shape: tuple, dim: int, lanes: int, threads: int = 1) ->
     return vec.reshape(outer, 1, inner)
 
 
+def softmax_inner_choose(vec: np.ndarray, sca: np.ndarray, dim: int,
+                         threads: int) -> np.ndarray:
+    """``softmax_inner_paths``' two results, each position's by the path ``threads`` chunks
+    give it (``softmax_inner_lanes``)."""
+    d = dim % vec.ndim
+    pick = softmax_inner_lanes(vec.shape, dim, _LANES[vec.dtype], threads)
+    shape3 = (math.prod(vec.shape[:d]), vec.shape[d], -1)
+    return np.where(pick, vec.reshape(shape3), sca.reshape(shape3)).reshape(vec.shape)
+
+
 def softmax_inner(x: np.ndarray, dim: int, threads: int = 1) -> np.ndarray:
     """ATen's CPU softmax over a dimension that is not the last at ``threads`` chunks
     (measured, every bit, float32 and float64, at one and two threads)."""
     vec, sca = softmax_inner_paths(x, dim)
-    d = dim % x.ndim
-    pick = softmax_inner_lanes(x.shape, dim, _LANES[np.asarray(x).dtype], threads)
-    shape3 = (math.prod(x.shape[:d]), x.shape[d], -1)
-    return np.where(pick, vec.reshape(shape3), sca.reshape(shape3)).reshape(x.shape)
+    return softmax_inner_choose(vec, sca, dim, threads)
 
 
 def softmax_backward_inner(g: np.ndarray, out: np.ndarray, dim: int) -> np.ndarray:

@@ -296,7 +296,7 @@ def _ptr(t: torch.Tensor) -> int:
     aten op seen); -1 for a tensor without one (sparse, a wrapper subclass: its pointer, 0 or
     a DTensor's 288, is no memory's)."""
     try:
-        return t.data_ptr() if type(t) in _PLAIN_TENSORS or not _no_memory(t) else -1
+        return -1 if _no_memory(t) else t.data_ptr()
     except (RuntimeError, NotImplementedError):
         return -1
 

@@ -293,16 +293,19 @@ def _pow_scalar_base(args: list, kwargs: dict) -> list:
         with fp_quiet():
             return [np.power(np.asarray(b, out), e.astype(out))]
     b = float(b)
+    return [ew(lambda v: _pow_f64(np.full(v.shape, b), v.astype(F64)).astype(v.dtype), e,
+               out=out)]
 
-    def general(v):
-        w = v.astype(F64)
-        y = M.exp(M.log(F64.type(abs(b))) * w)
-        if b < 0:
-            odd = (np.floor(w) == w) & (np.fmod(w, 2.0) != 0)
-            y = np.where(np.floor(w) == w, np.where(odd, -y, y), np.nan)
-        y = np.where((w == 0) | (b == 1.0), 1.0, y)
-        return y.astype(v.dtype)
-    return [ew(general, e, out=out)]
+
+def _pow_f64(v: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``v ** w`` in float64, ``pow``'s general case: ``exp(log(|v|) * w)`` (refmath); a
+    negative ``v`` the sign of an odd integral ``w``, NaN for a fractional one; ``w = 0`` or
+    ``v = 1`` give 1."""
+    y = M.exp(M.log(np.abs(v)) * w)
+    integral = np.floor(w) == w
+    odd = integral & (np.fmod(w, 2.0) != 0)
+    y = np.where(v < 0, np.where(integral, np.where(odd, -y, y), np.nan), y)
+    return np.where((w == 0) | (v == 1.0), 1.0, y)
 
 
 @form("aten.pow.Tensor_Tensor")
@@ -319,15 +322,8 @@ def _pow_tensors(args: list, kwargs: dict) -> list:
         with fp_quiet():
             return [np.power(np.asarray(x, out), np.asarray(e, out))]
 
-    def general(v, w):
-        v, w = v.astype(F64), w.astype(F64)
-        y = M.exp(M.log(np.abs(v)) * w)
-        integral = np.floor(w) == w
-        odd = integral & (np.fmod(w, 2.0) != 0)
-        y = np.where(v < 0, np.where(integral, np.where(odd, -y, y), np.nan), y)
-        y = np.where((w == 0) | (v == 1.0), 1.0, y)
-        return y.astype(out)
-    return [ew(general, x, e, out=out)]
+    return [ew(lambda v, w: _pow_f64(v.astype(F64), w.astype(F64)).astype(out), x, e,
+               out=out)]
 
 
 for _n, _fn in (("maximum", np.maximum), ("minimum", np.minimum)):  # NaN propagates

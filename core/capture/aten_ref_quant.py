@@ -129,9 +129,8 @@ def _fused_obs_fq(args: list, kwargs: dict) -> list:
                     c32 * np.float32(hi - fx[i])))
     if not int(fq.reshape(-1)[0]):
         if resized:  # (resized, unwritten: the heap's; the recorded bytes, not judged)
-            scale = recorded_output(2, scale) if recorded_output(2, scale) is not None \
-                else scale
-            zp = recorded_output(3, zp) if recorded_output(3, zp) is not None else zp
+            rs, rz = recorded_output(2, scale), recorded_output(3, zp)
+            scale, zp = scale if rs is None else rs, zp if rz is None else rz
         return [rmin, rmax, scale, zp, x.copy(), np.ones(x.shape, np.bool_)]
     for i in range(size):
         s, z = _qparams(fm[i], fx[i], qmin, qmax, symmetric)

@@ -100,7 +100,7 @@ from tapescope.core.explain_aten import (
     sleef_log1pf,
     softmax_backward,
     softmax_backward_inner,
-    softmax_inner_lanes,
+    softmax_inner_choose,
     softmax_inner_paths,
     sum_column_parts,
     vec_segments,
@@ -987,11 +987,8 @@ def _softmax(op: str) -> list[_Variant]:
             vec, sca = softmax_inner_paths(x, dim)
         want = np.asarray(recorded).view(np.uint8)
         known = _RECORDED_THREADS.get()
-        d = dim % x.ndim
-        shape3 = (math.prod(x.shape[:d]), x.shape[d], -1)
         for t in ([known, 1] if known else range(1, 9)):
-            pick = softmax_inner_lanes(x.shape, dim, _LANES_OF[x.dtype], t)
-            y = np.where(pick, vec.reshape(shape3), sca.reshape(shape3)).reshape(x.shape)
+            y = softmax_inner_choose(vec, sca, dim, t)
             if np.array_equal(y.view(np.uint8), want):
                 return y, f"{t} threads' chunks" if t > 1 else "one chunk"
         raise ValueError("no chunking gives these bits")
@@ -3337,8 +3334,6 @@ def _sleef_pow_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     library's ``powf`` on each chunk's tail (``_vec_map``); the chunks of each thread count
     (the recorded one first). The exponents ATen takes elsewhere (0.5, -0.5, -1, 2, 3, -2)
     are the table's own forms."""
-    import ctypes
-
     from tapescope.core.explain_aten import _vec_map, sleef_powf
 
     x = np.asarray(args[0])
@@ -3348,8 +3343,7 @@ def _sleef_pow_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
         raise ValueError("written for a float32 base and a scalar or same-shape exponent")
     if y.size == 1 and float(y.reshape(-1)[0]) in (0.5, -0.5, -1.0, 2.0, 3.0, -2.0):
         raise ValueError("ATen's specialised exponents: the table's forms")
-    fn = libm().powf
-    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    fn = _libc_pow(False)
     yf = np.broadcast_to(y.astype(np.float32), x.shape).reshape(-1)
     flat = x.reshape(-1)
 
@@ -3368,19 +3362,25 @@ def _sleef_pow_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no chunking gives these bits")
 
 
+def _libc_pow(f64: bool) -> Callable:
+    """The C library's ``pow`` (float64) or ``powf`` (float32), typed for ctypes."""
+    import ctypes
+
+    fn = libm().pow if f64 else libm().powf
+    ct = ctypes.c_double if f64 else ctypes.c_float
+    fn.restype, fn.argtypes = ct, [ct, ct]
+    return fn
+
+
 def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     """``base ** e`` element by element by the C library's powf (float32 and half: in
     float32, then rounded) or pow (float64)."""
-    import ctypes
-
     base, e = args[0], np.asarray(args[1])
     if not isinstance(base, int | float) or isinstance(base, bool) or e.size > 1 << 20 \
             or not (e.dtype.kind == "f" or e.dtype == _BF16):
         raise ValueError("a float exponent (at most 2**20 elements) and a number base")
     f64 = e.dtype == np.float64
-    fn = libm().pow if f64 else libm().powf
-    ct = ctypes.c_double if f64 else ctypes.c_float
-    fn.restype, fn.argtypes = ct, [ct, ct]
+    fn = _libc_pow(f64)
     t = np.float64 if f64 else np.float32
     b = t(base)
     y = np.frompyfunc(lambda v: fn(b, v), 1, 1)(e.astype(t)).astype(t)
