@@ -50,7 +50,8 @@ def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _round_odd_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a + b rounded to odd (float64): exact, or the neighbour with an odd last bit."""
     s, e = _two_sum(a, b)
-    even = (np.ascontiguousarray(s).view(np.uint64) & np.uint64(1)) == 0
+    # (ascontiguousarray makes a 0-d array 1-d: the shape put back, or a 0-d fma comes out (1,))
+    even = ((np.ascontiguousarray(s).view(np.uint64) & np.uint64(1)) == 0).reshape(np.shape(s))
     bump = (e != 0) & even & np.isfinite(s)
     return np.where(bump, np.nextafter(s, np.copysign(np.inf, e)), s)
 
