@@ -201,6 +201,35 @@ form("aten.cumsum.default")(_cumulative(np.add, "+"))
 form("aten.cumprod.default")(_cumulative(np.multiply, "*"))
 
 
+@form("aten.prod.default", "aten.prod.dim_int")
+def _prod(args: list, kwargs: dict) -> list:
+    """acc = 1; acc = acc * x[i] per output slot, the reduced elements in row-major order,
+    in the result's compute type (int64 for integer and bool input, wrapping as ATen's);
+    ``np.multiply.accumulate``'s last row, which multiplies serially (``reduce`` may not)."""
+    x = args[0]
+    if len(args) == 1 or isinstance(args[1], str):  # prod.default(x, dtype=)
+        dim, keep, dtype = None, False, kwargs.get("dtype")
+    else:
+        dim, keep = args[1], opt(kwargs, args, 2, "keepdim", False)
+        dtype = opt(kwargs, args, 3, "dtype")
+    out = _red_dtype(x, dtype)
+    if x.ndim == 0:
+        return [arr(x, out).copy()]
+    ax = axes_of(x, None if dim is None else [dim])
+    keep_ax = [a for a in range(x.ndim) if a not in ax]
+    shape = tuple(1 if a in ax else x.shape[a] for a in range(x.ndim)) if keep else \
+        tuple(x.shape[a] for a in keep_ax)
+    r = math.prod(x.shape[a] for a in ax)
+    n = math.prod(x.shape[a] for a in keep_ax)
+    check_elems(n, "prod")  # (a 0 x 2**40 input's outputs; accumulate's rows are the input's)
+    if r == 0:
+        return [np.ones(shape, out)]
+    flat = np.ascontiguousarray(np.transpose(_wide(x, out), ax + tuple(keep_ax))).reshape(r, n)
+    with fp_quiet():
+        y = np.multiply.accumulate(flat, axis=0)[-1]
+    return [y.astype(out).reshape(shape)]
+
+
 def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:
     """mu = serial_sum(x) / n; d = x - mu; var = serial_sum(d * d) / max(0, n - correction)."""
     ax = axes_of(x, dim)
