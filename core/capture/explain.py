@@ -76,12 +76,14 @@ from tapescope.core.explain_aten import (
     GRAIN_SIZE,
     _fma_acc,
     _fma_chain,
+    _iterator_order,
     _lane_sum,
     _mkl_bf16,
     _mkl_mm,
     _sgemm,
     _vec_map,
     aten_moments,
+    aten_reduce_vec,
     aten_sum,
     aten_sum_strided,
     flash_attention,
@@ -506,11 +508,29 @@ class _Fits:
         return self.fn(args, kw, recorded)
 
 
+def _layout_rows(x: np.ndarray, kw: dict) -> list[int]:
+    """The length of TensorIterator's inner loop over ``x`` (an elementwise op's input, its
+    output laid out in the same order): from the recorded layout (``ops.strided``), the
+    dimensions ``_iterator_order`` merges from the fastest; without one, each product of
+    ``x``'s trailing dimensions (a chunk of a wider tensor along any dimension)."""
+    lay = kw.get(STRIDED_KW)
+    if lay is not None and len(lay[0]) == x.ndim and x.ndim:
+        strides = [int(v) for v in lay[0]]
+        out = [int(v) // x.itemsize for v in np.empty(x.shape, x.dtype).strides]
+        return [_iterator_order(list(x.shape), [out, strides])[0][0]]
+    rows, acc = [], 1
+    for n in reversed(x.shape[1:]):
+        acc *= n
+        rows.append(acc)
+    return rows
+
+
 def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     """ATen's sigmoid on a view whose rows lie apart (``core.explain_aten._sigmoid``'s
     ``rows_apart``): each element by SLEEF's exp or the C library's, as its row's part of a
-    thread's chunk puts it in a whole register pair or the tail; each chunking of 1 to
-    ``ceil(n / GRAIN_SIZE)`` threads tried (both results made once, then chosen per element)."""
+    thread's chunk puts it in a whole register pair or the tail (the rows: ``_layout_rows``);
+    each chunking of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried (both results made once, then
+    chosen per element)."""
     from tapescope.core.explain_aten import _LANES, _libc_exp
 
     x = np.asarray(args[0])
@@ -521,12 +541,14 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
         vec = (one / (one + sleef_exp(-x))).astype(x.dtype).ravel()
         tail = (one / (one + _libc_exp(-x))).astype(x.dtype).ravel()
     want = np.asarray(recorded).ravel().view(np.uint8)
-    for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
-        y = tail.copy()
-        for lo, v, _ in vec_segments(x.size, 2 * _LANES[x.dtype], used, x.shape[-1]):
-            y[lo:v] = vec[lo:v]
-        if np.array_equal(y.view(np.uint8), want):
-            return y.reshape(x.shape), f"{used} threads' chunks" if used > 1 else "one chunk"
+    for row in _layout_rows(x, kw):
+        for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
+            y = tail.copy()
+            for lo, v, _ in vec_segments(x.size, 2 * _LANES[x.dtype], used, row):
+                y[lo:v] = vec[lo:v]
+            if np.array_equal(y.view(np.uint8), want):
+                return y.reshape(x.shape), (f"rows of {row}" + (
+                    f", {used} threads' chunks" if used > 1 else ""))
     raise ValueError("no chunking gives these bits")
 
 
@@ -1660,7 +1682,8 @@ def _batch_norm_rows(threads: int) -> Callable:
     return run
 
 
-def _batch_norm_rows_backward(threads: int, tail_fma: bool = False) -> Callable:
+def _batch_norm_rows_backward(threads: int, tail_fma: bool = False,
+                              lanes: int | None = None) -> Callable:
     """``native_batch_norm_backward`` in training on (rows, channels) as PyTorch's CPU
     computes it (ATen's ``batch_norm_cpu_backward_channels_last_impl``, measured at 1 and 2
     threads): per run of rows (as the forward's), ``sum += dy`` and ``dotp = fma(x - mean, dy,
@@ -1670,7 +1693,10 @@ def _batch_norm_rows_backward(threads: int, tail_fma: bool = False) -> Callable:
     kernel's own tail loop) on the rest; ``dweight = dotp * invstd``, ``dbias = sum``.
     ``tail_fma``: the rest contracted too (the kernel's tail is a partial vector, ``Vec::loadu(p,
     count)``; torch 2.13's build contracts it, measured in session 38 on an AMD EPYC at 8, 24
-    and 40 channels, rows and channels-last; tried only where there is a tail)."""
+    and 40 channels, rows and channels-last; tried only where there is a tail). ``lanes``: the
+    vector's (None: the AVX-512 build's 16 floats / 8 doubles; 8 floats: the AVX2 build's,
+    measured on the Xeon with AMX in session 46: 12 channels as 8 contracted + 4 not; tried
+    only where it cuts the channels otherwise)."""
     def run(args: list, kw: dict) -> tuple:
         dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
         sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
@@ -1679,7 +1705,9 @@ def _batch_norm_rows_backward(threads: int, tail_fma: bool = False) -> Callable:
             raise ValueError("written for training on (rows, channels), float32 / float64")
         t = x.dtype.type
         n, c = x.shape
-        full = c - c % _LANES_OF[x.dtype]
+        full = c - c % (lanes or _LANES_OF[x.dtype])
+        if lanes and full == c - c % _LANES_OF[x.dtype]:
+            raise ValueError("the same channels in whole vectors as the AVX-512 build's")
         if tail_fma and full == c:
             raise ValueError("no partial vector of channels: the variant without tail_fma")
         mean, invstd = np.asarray(sm).reshape(-1), np.asarray(si).reshape(-1)
@@ -1739,8 +1767,8 @@ def _channels_last(run: Callable, backward: bool) -> Callable:
 
 def _batch_norm_backward_generic(args: list, kw: dict) -> tuple:
     """``native_batch_norm_backward`` in training (float32) where the gradient's layout is not
-    the input's (a BatchNorm1d after a transpose: ``dy`` laid out N, L, C, the input N, C, L):
-    ATen's generic path (``batch_norm_backward_cpu_template``). ``sum`` is ATen's sum kernel
+    the input's (a BatchNorm1d after a transpose: ``dy`` laid out N, L, C, the input N, C, L;
+    on (N, C), ``dy`` a column slice of a wider gradient, a ``torch.cat``'s): ATen's generic path (``batch_norm_backward_cpu_template``). ``sum`` is ATen's sum kernel
     over the gradient's memory (its rows of channels, summed down); per channel ``dotp +=
     (x - mean) * dy`` (the product in float32, the sum in float64) over the input's order;
     ``k = dotp * invstd * invstd / n`` and ``grad_mean = sum / n`` in float32; ``dx = ((dy -
@@ -1750,9 +1778,9 @@ def _batch_norm_backward_generic(args: list, kw: dict) -> tuple:
 
     dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
     sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
-    if not train or x.ndim < 3 or x.dtype != np.float32 or dy.shape != x.shape or \
+    if not train or x.ndim < 2 or x.dtype != np.float32 or dy.shape != x.shape or \
             sm is None or si is None:
-        raise ValueError("written for training on N, C, spatial... float32")
+        raise ValueError("written for training on N, C[, spatial...] float32")
     f = np.float32
     c = x.shape[1]
     n = x.size // c
@@ -2099,6 +2127,33 @@ def _smooth_l1(dt: np.dtype) -> list[_Variant]:
             return z
         return np.where(z < beta, ((t(0.5) * z) * z) / beta, z - t(0.5) * beta)
     return _reduced_loss(dt, elem)
+
+
+def _smooth_l1_backward(lanes: int) -> Callable:
+    """``smooth_l1_loss_backward`` as ATen's CPU kernel runs it (PointwiseOpsKernel.cpp), in
+    registers of ``lanes``: on whole register pairs ``(norm * o) * g`` with ``o`` = +-1 where
+    ``|x - y| >= beta`` (beta rounded to T), else ``(x - y) / beta``; on the rest (each
+    thread's tail) the scalar lambda, whose ``beta`` is the double: the branches compared in
+    double, the inner value ``((norm * d) * g) / beta`` divided in double and rounded once."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        g, x, y = (np.asarray(a) for a in args[:3])
+        red, beta = int(args[3]), float(args[4])
+        if x.dtype not in (np.float32, np.float64) or y.dtype != x.dtype or beta <= 0:
+            raise ValueError("written for float32 / float64 and beta > 0")
+        t = x.dtype.type
+        norm, bt = t(1.0 / x.size if red == 1 else 1.0), t(beta)
+        g, y = np.broadcast_to(g, x.shape), np.broadcast_to(y, x.shape)
+        d = x - y
+        vec = (norm * np.where(np.abs(d) >= bt, np.where(d > 0, t(1), t(-1)), d / bt)) * g
+        d64 = d.astype(np.float64)
+        sca = np.where(d64 <= -beta, (-norm) * g, np.where(
+            d64 >= beta, norm * g, (((norm * d) * g).astype(np.float64) / beta).astype(t)))
+        out = np.empty(x.size, t)
+        vf, sf = vec.reshape(-1), sca.reshape(-1)
+        for lo, v, hi in vec_segments(x.size, 2 * lanes, _RECORDED_THREADS.get() or 1):
+            out[lo:v], out[v:hi] = vf[lo:v], sf[v:hi]
+        return out.reshape(x.shape)
+    return run
 
 
 def _huber(dt: np.dtype) -> list[_Variant]:
@@ -3039,6 +3094,96 @@ def _conv_1x1_weight_grad(chunks: int) -> Callable:
     return run
 
 
+def _best_divider(value: int, lo: int, hi: int, find_max: bool) -> int:
+    """oneDNN's ``best_divider``: from ``hi`` down to ``lo``, the divider whose rounding up
+    of ``value`` wastes the least (ties: the first met where ``find_max``, else the last)."""
+    hi = max(1, min(hi, value))
+    lo = max(1, min(lo, hi))
+    best, pick = math.inf, hi
+    for d in range(hi, lo - 1, -1):
+        up = -(-value // d) * d
+        loss = (up - value) / up
+        if loss < best or (not find_max and loss <= best):
+            best, pick = loss, d
+    return pick
+
+
+def _balance211(n: int, team: int, tid: int) -> tuple[int, int]:
+    """oneDNN's ``balance211``: thread ``tid``'s part [start, end) of ``n`` items."""
+    n1 = -(-n // team)
+    n2, t1 = n1 - 1, n - (n1 - 1) * team
+    start = n1 * tid if tid < t1 else n1 * t1 + (tid - t1) * n2
+    return start, start + (n1 if tid < t1 else n2)
+
+
+def _onednn_1x1_wgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """oneDNN's 1x1 convolution backward weights (``jit_1x1:avx512_core``, measured with
+    ONEDNN_VERBOSE): the pixels of the images cut in blocks of ``best_divider(pixels, 7, 16)``
+    (the ``reduce_block``), the (image, block) list split among the threads of the minibatch
+    (``balance211``); each kernel call one fma chain from zero over up to ``step`` blocks of
+    one image, added to its thread's sum; the threads' sums added in order. Fitted: the
+    thread count (the recorded one first) and the step (oneDNN's ``nb_reduce_blocking``,
+    which follows the cache sizes)."""
+    try:
+        g, x, w, mask, pad, transposed, (sh, sw) = _conv_bwd_geometry(args)
+    except ValueError as e:
+        raise ValueError(f"not the measured geometry: {e}") from None
+    n, oc = g.shape[:2]
+    if not mask[1] or transposed or w.shape[2:] != (1, 1) or any(pad):
+        raise ValueError("written for the weight gradient of a 1x1 convolution, no padding")
+    pixels, ow = g.shape[2] * g.shape[3], g.shape[3]
+    terms, steps = _budget()
+    if n * pixels > steps or n * pixels * w.size > terms:
+        raise ValueError("too many terms to search")
+    dys = np.ascontiguousarray(g).reshape(n, oc, 1, pixels)
+    xs = np.ascontiguousarray(x[:, :, ::sh, ::sw]).reshape(n, x.shape[1], 1, -1)
+    if xs.shape[3] != pixels:
+        raise ValueError("not the measured geometry")
+    blk = _best_divider(pixels, 7, 16, True)
+    if pixels % blk:
+        blk = _best_divider(ow, 4, ow, False)
+    nb = -(-pixels // blk)
+    want = np.asarray(recorded).reshape(oc, -1).view(np.uint32)
+    known = _RECORDED_THREADS.get()
+    threads = [known, *range(1, 9)] if known else list(range(1, 9))
+    pieces: dict = {}
+
+    def piece(i: int, p0: int, p1: int) -> np.ndarray:
+        if (i, p0, p1) not in pieces:
+            acc = np.zeros((oc, x.shape[1]), np.float32)
+            a_, b_ = dys[:, :, :, p0:p1], xs[:, :, :, p0:p1]
+            if not _pixel_chain(acc, a_, b_, [(i, 0)]):
+                for p in range(p1 - p0):
+                    acc = fma(a_[i, :, 0, p][:, None], b_[i, :, 0, p][None, :], acc)
+            pieces[(i, p0, p1)] = acc
+        return pieces[(i, p0, p1)]
+    seen = set()
+    for t in dict.fromkeys(min(t, n * nb) for t in threads):
+        for step in dict.fromkeys((nb, 1, 2, 3, 4, 6, 8)):
+            total = None
+            cuts = []
+            for tid in range(t):
+                s, e = _balance211(n * nb, t, tid)
+                run = None
+                while s < e:
+                    i, b = divmod(s, nb)
+                    k = min(step, nb - b, e - s)
+                    cuts.append((i, b * blk, min(pixels, (b + k) * blk)))
+                    y = piece(*cuts[-1])
+                    run = y if run is None else (run + y).astype(np.float32)
+                    s += k
+                if run is not None:
+                    total = run if total is None else (total + run).astype(np.float32)
+            if tuple(cuts) in seen:
+                continue
+            seen.add(tuple(cuts))
+            if np.array_equal(total.view(np.uint32), want):
+                return (_masked((None, total.reshape(w.shape), None), mask),
+                        f"blocks of {blk} pixels, {t} thread{'s' if t > 1 else ''}, "
+                        f"{step} block{'s' if step > 1 else ''} a call")
+    raise ValueError("no thread count or step gives these bits")
+
+
 def _pixel_chain(acc: np.ndarray, a_: np.ndarray, b_: np.ndarray, chain: list) -> bool:
     """``acc[o, ...] = fma(a_[i, o, a, b], b_[i, :, a, b], acc[o, ...])`` over the chain's
     lines (image i, row a) and each line's pixels b in order, in one native call (the product
@@ -3898,6 +4043,23 @@ def _aten_weight_norm(backward: bool) -> Callable:
     return run
 
 
+def _aten_prod(args: list, kw: dict) -> np.ndarray:
+    x = np.asarray(args[0])
+    if x.dtype not in (np.float32, np.float64):
+        raise ValueError("written for a float32 / float64 input")
+    if len(args) == 1 or isinstance(args[1], str):  # prod.default(x, dtype=)
+        dim, keep, dtype = None, False, kw.get("dtype")
+    else:
+        dim = args[1]
+        keep = kw.get("keepdim", args[2] if len(args) > 2 else False)
+        dtype = kw.get("dtype", args[3] if len(args) > 3 else None)
+    if dtype is not None:
+        raise ValueError("a prod with its own dtype")
+    if _RECORDED_THREADS.get() != 1 and x.size >= GRAIN_SIZE:
+        raise ValueError("a prod of several threads' parts")
+    return aten_reduce_vec(x, np.multiply, dim, bool(keep))
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -4090,6 +4252,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
              _conv_param_grads(t, weight=True, rows=True),
              _screen(_conv_param_grads(t, weight=True, rows=True), _first_filter))
             for t in (1, *runs)] + [
+            ("fma", "oneDNN's 1x1 convolution backward weight gradient (jit_1x1): the "
+                    "images' pixels in blocks of best_divider(pixels, 7, 16), the (image, "
+                    "block) list split among the threads, each call one fma chain from zero "
+                    "over one image's blocks added to its thread's sum, the threads' sums "
+                    "added in order", _Fits(_onednn_1x1_wgrad))] + [
             ("fma", "PyTorch's CPU 1x1 convolution backward weight gradient: each image one "
                     f"MKL sgemm over its pixels (k panels added in turn), the images in {t} "
                     f"run{'s' if t > 1 else ''} (one per thread) accumulated in order, the "
@@ -4181,6 +4348,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   f"{'' if tf else 'not '}contracted)",
                  _batch_norm_rows_backward(t, tf))
                 for tf in (True, False) for t in _BN_RUNS] + [
+                ("reassociation", "PyTorch's CPU batch_norm backward of (rows, channels) (ATen's "
+                                  f"channels-last kernel, its AVX2 build: the rows in {t} run"
+                                  f"{'s' if t > 1 else ''}, dotp by fma, dx by fma on whole "
+                                  "vectors of 8 channels, the rest not contracted)",
+                 _batch_norm_rows_backward(t, False, 8)) for t in _BN_RUNS] + [
                 ("reassociation", "PyTorch's CPU batch_norm backward of a channels-last input "
                                   "(ATen's channels-last kernel: its N x H x W rows of channels "
                                   f"in {t} run{'s' if t > 1 else ''}, dotp by fma, dx's tail "
@@ -4303,6 +4475,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  _cum_in_double(np.multiply if base == "cumprod" else np.add))]
     if base == "mse_loss":
         return _mse(dt)
+    if base == "smooth_l1_loss_backward":
+        return [("reassociation", f"PyTorch's CPU smooth_l1_loss backward ({isa} build): "
+                                  "(norm * o) * g on whole register pairs, o = +-1 or (x - y) "
+                                  "/ beta; on the rest ((norm * d) * g) / beta with beta the "
+                                  "double, divided in double", _smooth_l1_backward(lanes))
+                for lanes, isa in ((16, "AVX-512"), (8, "AVX2"))]
     if base == "smooth_l1_loss":
         return _smooth_l1(dt)
     if base == "huber_loss":
@@ -4313,6 +4491,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "cells, the cells in row-major order)", _avg_pool2d_backward)]
     if base in ("sum", "mean"):
         return _sums(op, dt)
+    if base == "prod":
+        return [("reassociation", "PyTorch's CPU prod (binary_kernel_reduce_vec, one thread): "
+                                  "a contiguous run of 4 vectors of 32 bytes or more multiplied "
+                                  "in 4 vector accumulators, folded (a0 a1)(a2 a3), then lane "
+                                  "by lane, the rest of the run one by one", _aten_prod)]
     if base in ("_softmax", "_safe_softmax"):  # (_safe_softmax: 0 where a row is all -inf;
         return _softmax(op)                       # its other rows _softmax's)
     if base == "_softmax_backward_data":
