@@ -509,38 +509,37 @@ class _Fits:
 
 
 def _layout_rows(x: np.ndarray, kw: dict) -> list[int]:
-    """The length of TensorIterator's inner loop over ``x`` (an elementwise op's input, its
-    output laid out in the same order): from the recorded layout (``ops.strided``), the
-    dimensions ``_iterator_order`` merges from the fastest; without one, each product of
-    ``x``'s trailing dimensions (a chunk of a wider tensor along any dimension)."""
+    """The lengths TensorIterator's inner loop may have over ``x`` (an elementwise op's operand,
+    its output laid out in the same order): first from the recorded layout of the op's first
+    argument (``ops.strided``: the dimensions ``_iterator_order`` merges from the fastest),
+    then each product of ``x``'s trailing dimensions (a chunk of a wider tensor along any
+    dimension, an operand other than the first laid out so)."""
+    rows = []
     lay = kw.get(STRIDED_KW)
     if lay is not None and len(lay[0]) == x.ndim and x.ndim:
         strides = [int(v) for v in lay[0]]
         out = [int(v) // x.itemsize for v in np.empty(x.shape, x.dtype).strides]
-        return [_iterator_order(list(x.shape), [out, strides])[0][0]]
-    rows, acc = [], 1
+        rows.append(_iterator_order(list(x.shape), [out, strides])[0][0])
+    acc = 1
     for n in reversed(x.shape[1:]):
         acc *= n
         rows.append(acc)
-    return rows
+    return list(dict.fromkeys(rows))
 
 
-def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
-    """ATen's sigmoid on a view whose rows lie apart (``core.explain_aten._sigmoid``'s
-    ``rows_apart``): each element by SLEEF's exp or the C library's, as its row's part of a
-    thread's chunk puts it in a whole register pair or the tail (the rows: ``_layout_rows``);
-    each chunking of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried (both results made once, then
-    chosen per element)."""
-    from tapescope.core.explain_aten import _LANES, _libc_exp
+def _rows_apart(x: np.ndarray, vec: np.ndarray, tail: np.ndarray, kw: dict,
+                recorded: np.ndarray) -> tuple:
+    """An elementwise ATen kernel on operands whose rows lie apart in memory: each element
+    ``vec``'s (the vectorised lambda's) or ``tail``'s (the scalar one's) as its row's part of
+    a thread's chunk puts it in a whole register pair or the tail; the rows of
+    ``_layout_rows``, each chunking of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried. Returns
+    (the output, words), or ValueError where none gives the recorded bits."""
+    from tapescope.core.explain_aten import _LANES
 
-    x = np.asarray(args[0])
-    if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.size:
-        raise ValueError("written for float32 and float64 rows")
-    one = x.dtype.type(1)
-    with np.errstate(all="ignore"):
-        vec = (one / (one + sleef_exp(-x))).astype(x.dtype).ravel()
-        tail = (one / (one + _libc_exp(-x))).astype(x.dtype).ravel()
+    vec, tail = vec.astype(x.dtype).ravel(), tail.astype(x.dtype).ravel()
     want = np.asarray(recorded).ravel().view(np.uint8)
+    if vec.size != x.size or want.size != vec.view(np.uint8).size:
+        raise ValueError("not the recorded output's size")
     for row in _layout_rows(x, kw):
         for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
             y = tail.copy()
@@ -550,6 +549,41 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
                 return y.reshape(x.shape), (f"rows of {row}" + (
                     f", {used} threads' chunks" if used > 1 else ""))
     raise ValueError("no chunking gives these bits")
+
+
+def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """ATen's sigmoid on a view whose rows lie apart (``core.explain_aten._sigmoid``'s
+    ``rows_apart``): each element by SLEEF's exp or the C library's (``_rows_apart``)."""
+    from tapescope.core.explain_aten import _libc_exp
+
+    x = np.asarray(args[0])
+    if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.size:
+        raise ValueError("written for float32 and float64 rows")
+    one = x.dtype.type(1)
+    with np.errstate(all="ignore"):
+        vec = one / (one + sleef_exp(-x))
+        tail = one / (one + _libc_exp(-x))
+    return _rows_apart(x, vec, tail, kw, recorded)
+
+
+def _silu_backward_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """ATen's silu backward where an operand's rows lie apart (a Mamba block's gate,
+    ``silu(z)`` of ``xz.chunk(2, -1)``: rows of 16, every element the scalar lambda's):
+    ``(g * s) * fma(x, 1 - s, 1)``, ``s = 1 / (1 + exp(-x))`` with SLEEF's exp or the C
+    library's by where each element falls (``_rows_apart``)."""
+    from tapescope.core.explain_aten import _libc_exp
+
+    g, x = np.asarray(args[0]), np.asarray(args[1])
+    if x.dtype not in (np.float32, np.float64) or g.shape != x.shape or x.ndim < 2 or \
+            not x.size:
+        raise ValueError("written for float32 / float64 rows of one shape")
+    one = x.dtype.type(1)
+    with np.errstate(all="ignore"):
+        parts = []
+        for e in (sleef_exp(-x), _libc_exp(-x)):
+            s = (one / (one + e)).astype(x.dtype)
+            parts.append((g * s).astype(x.dtype) * fma(x, one - s, one).astype(x.dtype))
+    return _rows_apart(x, parts[0], parts[1], kw, recorded)
 
 
 def _gelu_half_fit(args: list, kw: dict, recorded: np.ndarray, backward: bool = False
@@ -1768,8 +1802,9 @@ def _channels_last(run: Callable, backward: bool) -> Callable:
 def _batch_norm_backward_generic(args: list, kw: dict) -> tuple:
     """``native_batch_norm_backward`` in training (float32) where the gradient's layout is not
     the input's (a BatchNorm1d after a transpose: ``dy`` laid out N, L, C, the input N, C, L;
-    on (N, C), ``dy`` a column slice of a wider gradient, a ``torch.cat``'s): ATen's generic path (``batch_norm_backward_cpu_template``). ``sum`` is ATen's sum kernel
-    over the gradient's memory (its rows of channels, summed down); per channel ``dotp +=
+    on (N, C), ``dy`` a column slice of a wider gradient, a ``torch.cat``'s): ATen's generic
+    path (``batch_norm_backward_cpu_template``). ``sum`` is ATen's sum kernel over the
+    gradient's memory (its rows of channels, summed down); per channel ``dotp +=
     (x - mean) * dy`` (the product in float32, the sum in float64) over the input's order;
     ``k = dotp * invstd * invstd / n`` and ``grad_mean = sum / n`` in float32; ``dx = ((dy -
     grad_mean - (x - mean) * k) * invstd) * w``; ``dweight = dotp * invstd`` (float64, then
@@ -4402,7 +4437,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                                            np.asarray(a[0]))))]
     if base == "silu_backward":
         return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
-                         "fma(x, 1 - s, 1)", _silu_backward)]
+                         "fma(x, 1 - s, 1)", _silu_backward),
+                ("libm", "PyTorch's CPU silu backward (ATen, AVX-512) on rows that lie apart "
+                         "in memory (a chunk of a wider tensor): (g * s) * fma(x, 1 - s, 1), "
+                         "each row's whole register pairs by SLEEF's exp, its rest by the C "
+                         "library's, in each thread's chunk", _Fits(_silu_backward_rows_apart))]
     if base == "sigmoid_backward":  # (BinaryOpsKernel.cpp: the vectorised a * (1 - b) * b)
         return [("reassociation", "PyTorch's CPU sigmoid backward: (g * (1 - y)) * y",
                  _pointwise_pair(lambda a, b, one: ((a * (one - b)).astype(a.dtype) * b)))]

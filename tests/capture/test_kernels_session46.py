@@ -119,7 +119,23 @@ def test_a_sigmoid_on_a_channel_chunk_is_placed_by_its_recorded_layout():
     assert got["cause"] == "libm" and "rows of 624" in got["variant"]
 
 
-# --- oneDNN's 1x1 convolution weight gradient ------------------------------------------------------
+@need_avx512
+def test_a_silu_backward_on_a_last_dim_chunk_runs_the_scalar_lambda_on_each_short_row():
+    xz = torch.from_numpy(np.random.default_rng(6).standard_normal((3, 11, 32)).astype(
+        np.float32))
+    z = xz[..., 16:]  # (a Mamba gate: rows of 16, shorter than a register pair)
+    g = torch.from_numpy(np.random.default_rng(7).standard_normal((3, 11, 16)).astype(
+        np.float32))
+    rec = torch.ops.aten.silu_backward(g, z).numpy()
+    args = [g.numpy(), np.ascontiguousarray(z.numpy())]
+    ref = FORMS["aten.silu_backward.default"](args, {})[0]
+    d = _diff(ref, rec)
+    assert d["n_diff"]
+    got = explain_op("aten.silu_backward.default", args, {}, rec, d, threads=1)
+    assert got["cause"] == "libm" and "rows of 16" in got["variant"], got
+
+
+# --- oneDNN's 1x1 convolution weight gradient -----------------------------------------------------
 
 def _conv1x1_backward(mb: int, ci: int, co: int, length: int, threads: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
@@ -152,7 +168,7 @@ def test_onednns_1x1_weight_gradient_cuts_each_images_pixels_in_blocks():
                       output=1, threads=2)["cause"] == "unknown"
 
 
-# --- smooth_l1_loss_backward -----------------------------------------------------------------------
+# --- smooth_l1_loss_backward ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [9, 40, 70])
 def test_smooth_l1_backward_is_atens_two_paths(n):
@@ -172,7 +188,7 @@ def test_smooth_l1_backward_is_atens_two_paths(n):
     assert "smooth_l1_loss backward" in got["variant"], got
 
 
-# --- batch_norm backward: 12 channels, and a column slice's gradient --------------------------------
+# --- batch_norm backward: 12 channels, and a column slice's gradient ------------------------------
 
 def _bn_backward(x: np.ndarray, dy: torch.Tensor, threads: int):
     c = x.shape[1]
@@ -221,7 +237,7 @@ def test_batch_norm_backward_of_a_column_slice_takes_the_generic_path():
     assert found
 
 
-# --- fma of 0-d operands (a 0-d lerp_: CLIP's logit scale's Adam moment) ---------------------------
+# --- fma of 0-d operands (a 0-d lerp_: CLIP's logit scale's Adam moment) --------------------------
 
 def test_fma_keeps_a_0d_shape_and_a_0d_lerp_is_explained():
     a, b, c = np.float32(0.1), np.float32(1.0616), np.asarray(np.float32(0.165))
