@@ -3096,6 +3096,227 @@ def _conv_param_grads(chunks: int | None, weight: bool = False, rows: bool = Fal
     return run
 
 
+def _conv3d_direct(args: list, kw: dict) -> np.ndarray:
+    """oneDNN's direct 3-D convolution (``jit:avx512_core`` forward, ONEDNN_VERBOSE says; one
+    group, not transposed, float32): per output element the input channels in blocks of 16,
+    each block one fma chain from zero over its taps in (kd, kh, kw, channel) order (padding
+    taps included: a zero changes no sum), the sum starting from the bias (+0.0 without one)
+    and each block's partial added to it in order. Measured at 1 and 2 threads: 1-40 input
+    channels, 3x3x3, 2x2x2 and 1x1x1 kernels (a 1x1x1 one of 8 channels at two threads runs
+    another order: not written out)."""
+    x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    st, pad, dil, transposed, _, groups = args[3:9]
+    if x.ndim != 5 or w.ndim != 5 or transposed or int(groups) != 1 or x.dtype != np.float32 \
+            or w.dtype != np.float32 or len(st) != 3 or len(pad) != 3 or len(dil) != 3:
+        raise ValueError("written for float32 3-D convolutions of one group")
+    n, ci = x.shape[:2]
+    co, _, kd, kh, kw = w.shape
+    st, pad, dil = ([int(v) for v in a] for a in (st, pad, dil))
+    if min(st + dil) < 1 or min(pad) < 0 or w.shape[1] != ci:
+        raise ValueError("a geometry the variant does not take")
+    terms, _ = _budget()
+    ext = [d * (k - 1) + 1 for d, k in zip(dil, (kd, kh, kw), strict=True)]
+    outs = [(s + 2 * p - e) // t + 1 for s, p, e, t in zip(x.shape[2:], pad, ext, st,
+                                                          strict=True)]
+    if min(outs) < 1 or n * co * math.prod(outs) * ci * kd * kh * kw > terms:
+        raise ValueError("an empty output, or too many terms to search")
+    xp = np.pad(x, ((0, 0), (0, 0), *((p, p) for p in pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3, 4))[
+        :, :, ::st[0], ::st[1], ::st[2], ::dil[0], ::dil[1], ::dil[2]]
+    shape = (n, co, *outs)
+    total = np.zeros(shape, np.float32)
+    if b is not None:
+        total += np.asarray(b, np.float32).reshape(1, co, 1, 1, 1)
+    for c0 in range(0, ci, 16):
+        acc = np.zeros(shape, np.float32)
+        for a in range(kd):
+            for bh in range(kh):
+                for c in range(kw):
+                    for ch in range(c0, min(ci, c0 + 16)):
+                        acc = fma(np.broadcast_to(win[:, ch, :, :, :, a, bh, c][:, None], shape),
+                                  np.broadcast_to(w[:, ch, a, bh, c].reshape(1, co, 1, 1, 1),
+                                                  shape), acc)
+        total = (total + acc).astype(np.float32)
+    return total
+
+
+def _conv3d_planes(args: list) -> tuple:
+    """(dy, planes, w, mask): a float32 3-D convolution_backward's output gradient and, per
+    image and output depth, its (pixels, channel * kd * kh * kw) window rows, in the order
+    oneDNN walks them; ValueError for another geometry or past the search's budget."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    st, pad, dil, transposed, _, groups, mask = args[4:11]
+    mask = list(mask)
+    if g.ndim != 5 or x.ndim != 5 or w.ndim != 5 or transposed or int(groups) != 1 or \
+            g.dtype != np.float32 or x.dtype != np.float32 or len(mask) != 3 or \
+            len(st) != 3 or len(pad) != 3 or len(dil) != 3:
+        raise ValueError("written for float32 3-D convolutions of one group")
+    st, pad, dil = ([int(v) for v in a] for a in (st, pad, dil))
+    if min(st + dil) < 1 or min(pad) < 0:
+        raise ValueError("a geometry the variant does not take")
+    n, co = g.shape[:2]
+    pixels = math.prod(g.shape[2:])
+    terms, steps = _budget()
+    if n * pixels > steps or n * pixels * w.size > terms:
+        raise ValueError("too many terms to search")
+    ext = [d * (k - 1) + 1 for d, k in zip(dil, w.shape[2:], strict=True)]
+    xp = np.pad(x, ((0, 0), (0, 0), *((p, p) for p in pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3, 4))[
+        :, :, ::st[0], ::st[1], ::st[2], ::dil[0], ::dil[1], ::dil[2]]
+    if win.shape[2:5] != g.shape[2:]:
+        raise ValueError("not the measured geometry")
+    # (n, od, oh * ow, ci * kd * kh * kw): each plane's pixels as rows of its window's taps
+    planes = np.ascontiguousarray(np.moveaxis(win, 1, 4)).reshape(
+        n, g.shape[2], g.shape[3] * g.shape[4], -1)
+    return g, planes, w, mask
+
+
+def _chain_onto(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``acc`` continued by the fma chain of ``a @ b`` (each step rounded once)."""
+    a, b = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+    acc = np.array(acc, np.float32, order="C")
+    if not native.fma_chain(a, b, acc):
+        for k in range(a.shape[1]):
+            acc = fma(a[:, k:k + 1], b[k:k + 1, :], acc)
+    return acc
+
+
+def _conv3d_param_grads(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """A 3-D convolution's weight (or bias) gradient as oneDNN computes it (ONEDNN_VERBOSE;
+    measured at 1 and 2 threads): with few input channels (``jit:avx512_core``, 1 and 3
+    measured) the (image, output depth) planes cut among the threads by ``balance211``, each
+    thread one fma chain over its planes' pixels (one sum for the bias), the threads' added
+    in order; otherwise (``gemm:jit``, 8 measured) per plane one fma chain from zero over its
+    pixels (in ``onednn_k_blocks``), added to its run's sum, the images in runs (one per
+    thread), the runs added in order, and the bias each (image, depth, row) line's sum from
+    zero, added in order. Fitted: which, the thread or run count, the block size."""
+    g, planes, w, mask = _conv3d_planes(args)
+    n, co, od = g.shape[:3]
+    weight = recorded.shape == w.shape
+    if not (weight and mask[1]) and not (recorded.shape == (co,) and mask[2]):
+        raise ValueError("written for the weight and bias gradients")
+    want = np.ascontiguousarray(recorded).reshape(-1).view(np.uint32)
+    dys = np.ascontiguousarray(g).reshape(n, co, od, -1)  # (n, co, od, oh * ow)
+    known = _RECORDED_THREADS.get()
+    counts = list(dict.fromkeys([known, 1, 2, 3, 4, 6, 8] if known else [1, 2, 3, 4, 6, 8]))
+
+    def done(y: np.ndarray, words: str) -> tuple:
+        outs = (None, y.reshape(w.shape), None) if weight else (None, None, y)
+        return _masked(outs, mask), words
+    units = [(i, d) for i in range(n) for d in range(od)]
+    for t in (c for c in counts if c <= len(units)):  # the jit kernel's plane split
+        total = None
+        for tid in range(t):
+            b, e = _balance211(len(units), t, tid)
+            if b >= e:
+                continue
+            if weight:
+                acc = np.zeros((co, planes.shape[-1]), np.float32)
+                for i, d in units[b:e]:
+                    acc = _chain_onto(acc, dys[i, :, d], planes[i, d])
+            else:
+                acc = serial_sum(np.concatenate([dys[i, :, d] for i, d in units[b:e]], 1), 1)
+            total = acc if total is None else (total + acc).astype(np.float32)
+        if np.array_equal(total.reshape(-1).view(np.uint32), want):
+            return done(total, f"oneDNN's jit kernel: the planes cut among {t} thread"
+                               f"{'s' if t > 1 else ''}")
+    if not weight:  # the gemm path's bias: each line's sum from zero, added in order
+        lines = dys.reshape(n, co, -1, g.shape[4])
+        total = np.zeros(co, np.float32)
+        for i in range(n):
+            for r in range(lines.shape[2]):
+                total = (total + serial_sum(lines[i, :, r], 1)).astype(np.float32)
+        if np.array_equal(total.view(np.uint32), want):
+            return done(total, "oneDNN's gemm path: each (image, depth, row) line's sum, added")
+        raise ValueError("no split gives these bits")
+    for bk, isa in _ONEDNN_K_BLOCKS:
+        chains = [[[_fma_chain(dys[i, :, d][:, k0:k1], planes[i, d][k0:k1])
+                    for k0, k1 in pairwise(onednn_k_blocks(planes.shape[2], bk))]
+                   for d in range(od)] for i in range(n)]
+        for t in (c for c in counts if c <= n):
+            total = None
+            for part in np.array_split(np.arange(n), t):
+                acc = None
+                for q in (q for i in part for d in range(od) for q in chains[i][d]):
+                    acc = q if acc is None else (acc + q).astype(np.float32)
+                total = acc if total is None else (total + acc).astype(np.float32)
+            if np.array_equal(total.reshape(-1).view(np.uint32), want):
+                return done(total, f"oneDNN's gemm path: each plane's chain from zero (blocks "
+                                   f"of {bk}, {isa}), the images in {t} run"
+                                   f"{'s' if t > 1 else ''}")
+    raise ValueError("no split, run count or block size gives these bits")
+
+
+def _conv3d_input_grad(args: list, kw: dict) -> tuple:
+    """A 3-D convolution's input gradient as oneDNN's ``jit:avx512_core`` backward-data kernel
+    computes it (stride and dilation 1): per input element the output channels in blocks of
+    16, each block one fma chain from zero over the weight's taps in (kd, kh, kw) order, the
+    channels inner (dy's taps read through the padding: zeros change no sum), the blocks'
+    sums added in order. Measured: 8-16 input channels, 16-32 output channels, 1 and 2
+    threads, every bit."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    st, pad, dil, transposed, _, groups, mask = args[4:11]
+    mask = list(mask)
+    if g.ndim != 5 or w.ndim != 5 or transposed or int(groups) != 1 or g.dtype != np.float32 \
+            or w.dtype != np.float32 or len(mask) != 3 or not mask[0] or \
+            [int(v) for v in st] != [1, 1, 1] or [int(v) for v in dil] != [1, 1, 1]:
+        raise ValueError("written for float32 3-D convolutions of stride and dilation 1")
+    ks = w.shape[2:]
+    pad = [int(v) for v in pad]
+    if len(pad) != 3 or any(not 0 <= p < k for p, k in zip(pad, ks, strict=True)):
+        raise ValueError("padding below the kernel")
+    n, co = g.shape[:2]
+    terms, _ = _budget()
+    if x.size * co * math.prod(ks) > terms:
+        raise ValueError("too many terms to search")
+    gp = np.pad(g, ((0, 0), (0, 0), *((k - 1 - p, k - 1 - p) for p, k in zip(pad, ks,
+                                                                           strict=True))))
+    size = x.shape[2:]
+    total = None
+    for o0 in range(0, co, 16):
+        acc = np.zeros(x.shape, np.float32)
+        for a in range(ks[0]):
+            for b in range(ks[1]):
+                for c in range(ks[2]):
+                    s0, s1, s2 = ks[0] - 1 - a, ks[1] - 1 - b, ks[2] - 1 - c
+                    for oc in range(o0, min(co, o0 + 16)):
+                        gv = gp[:, oc, s0:s0 + size[0], s1:s1 + size[1], s2:s2 + size[2]]
+                        acc = fma(np.broadcast_to(gv[:, None], x.shape),
+                                  np.broadcast_to(w[oc, :, a, b, c].reshape(1, -1, 1, 1, 1),
+                                                  x.shape), acc)
+        total = acc if total is None else (total + acc).astype(np.float32)
+    return _masked((total, None, None), mask)
+
+
+def _conv_line_split(threads: int) -> Callable:
+    """oneDNN's direct backward weights of an input of one channel (``jit:avx512_core``,
+    ONEDNN_VERBOSE says; a first layer's 5x5 conv): the (image, output row) lines cut among
+    the threads by ``balance211``; per thread the weight gradient one fma chain over its
+    lines' pixels in order and the bias gradient one sum in order over them; the threads'
+    results added in order."""
+    def run(args: list, kw: dict) -> tuple:
+        g, x, mask = np.asarray(args[0]), np.asarray(args[1]), list(args[10])
+        if g.ndim != 4 or x.shape[1] != 1 or g.dtype != np.float32 or len(mask) != 3 or \
+                int(args[9]) != 1 or not (mask[1] or mask[2]):
+            raise ValueError("written for a float32 2-D convolution of one input channel")
+        n, c, oh, _ = g.shape
+        if threads > n * oh:
+            raise ValueError("more threads than lines")
+        gw = _weight_grad_runs(args, [], split=threads) if mask[1] else None
+        if mask[1] and gw is None:
+            raise ValueError("not the measured geometry, or too long a chain to search")
+        gb = None
+        if mask[2]:
+            every = np.moveaxis(g, 1, -1).reshape(n * oh, -1, c)  # lines x pixels x channels
+            for t in range(threads):
+                b, e = _balance211(n * oh, threads, t)
+                if b < e:
+                    part = serial_sum(every[b:e].reshape(-1, c), 0)
+                    gb = part if gb is None else (gb + part).astype(g.dtype)
+        return _masked((None, gw, gb), mask)
+    return run
+
+
 def _conv_1x1_weight_grad(chunks: int) -> Callable:
     """A 1x1 convolution's weight gradient as PyTorch's CPU computes it (measured with the
     FPRev method): per image one MKL sgemm ``dy @ xᵀ`` over its pixels (``_sgemm``: k panels,
@@ -3233,10 +3454,12 @@ def _pixel_chain(acc: np.ndarray, a_: np.ndarray, b_: np.ndarray, chain: list) -
                             acc.reshape(acc.shape[0], -1))
 
 
-def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray | None:
+def _weight_grad_runs(args: list, runs: list, rows: bool = False,
+                      split: int | None = None) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels); ``rows``: each output
-    row its own chain, a run's rows added in order."""
+    row its own chain, a run's rows added in order; ``split``: the runs are the (image, output
+    row) lines cut among ``split`` threads by ``balance211`` (``runs`` unread)."""
     try:
         g, x, w, _, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
     except ValueError:
@@ -3260,10 +3483,14 @@ def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray 
         return None
     if rows and transposed:
         return None
+    if split:
+        every = [(i, a) for i in range(n) for a in range(oh)]
+        cuts = [_balance211(len(every), split, t) for t in range(split)]
+        runs = [every[b:e] for b, e in cuts if b < e]
     total = None
     for r in runs:
         # a run: its chains' sums added in order; a chain: the run's pixels, or one row's
-        lines = [(i, a) for i in r for a in range(oh)]
+        lines = list(r) if split else [(i, a) for i in r for a in range(oh)]
         part = None
         for chain in ([[ln] for ln in lines] if rows and lines else [lines]):
             acc = np.zeros(w.shape, np.float32)
@@ -4222,6 +4449,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("convolution", "_convolution"):  # (_convolution: a traced graph's)
         ones = [_as_2d(v, False) for v in _convs(dt)]
         return ones + [_per_group(v, False) for v in ones] + [
+                             ("fma", "oneDNN's direct 3-D convolution: the input channels in "
+                                     "blocks of 16, each one fma chain from zero over its taps "
+                                     "in (kd, kh, kw, channel) order, the sum from the bias, "
+                                     "each block's added in order", _conv3d_direct),
                              ("fma", "oneDNN's transposed convolution (windows apart): each "
                                      "output pixel one fma chain over the input channels in "
                                      "order, the bias added after", _conv_transposed),
@@ -4287,6 +4518,18 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
              _conv_param_grads(t, weight=True, rows=True),
              _screen(_conv_param_grads(t, weight=True, rows=True), _first_filter))
             for t in (1, *runs)] + [
+            ("fma", "oneDNN's convolution backward weight and bias gradients of an input of one "
+                    "channel (jit): the (image, output row) lines cut among "
+                    f"{t} thread{'s' if t > 1 else ''}, each thread's one fma chain (one sum) "
+                    "over its lines' pixels in order, the threads' added in order",
+             _conv_line_split(t)) for t in (2, 3, 4, 6, 8)] + [
+            ("fma", "oneDNN's 3-D convolution backward input gradient: the output channels in "
+                    "blocks of 16, each one fma chain from zero over the weight's taps in (kd, "
+                    "kh, kw) order, the channels inner, the blocks added in order",
+             _conv3d_input_grad),
+            ("fma", "oneDNN's 3-D convolution backward weight and bias gradients: the (image, "
+                    "depth) planes' fma chains (sums) as its jit kernel or its gemm path "
+                    "orders them", _Fits(_conv3d_param_grads))] + [
             ("fma", "oneDNN's 1x1 convolution backward weight gradient (jit_1x1): the "
                     "images' pixels in blocks of best_divider(pixels, 7, 16), the (image, "
                     "block) list split among the threads, each call one fma chain from zero "

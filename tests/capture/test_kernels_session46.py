@@ -250,3 +250,71 @@ def test_fma_keeps_a_0d_shape_and_a_0d_lerp_is_explained():
     d = _diff(ref, rec)
     assert d["n_diff"]  # (the reference's mul and add rounded apart: one ulp off here)
     assert explain_op("aten.lerp_.Scalar", args, {}, rec, d)["cause"] == "fma"
+
+
+# --- oneDNN's convolutions: a first layer of one channel, and 3-D ---------------------------------
+
+def _conv_case(x_shape, w_shape, pad, threads, mask, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(x_shape, generator=g), torch.randn(w_shape, generator=g)
+    nd = len(x_shape) - 2
+    with _threads(threads):
+        y = torch.ops.aten.convolution(x, w, None, [1] * nd, [pad] * nd, [1] * nd, False,
+                                       [0] * nd, 1)
+        gy = torch.randn(y.shape, generator=g)
+        out = torch.ops.aten.convolution_backward(gy, x, w, [w_shape[0]], [1] * nd, [pad] * nd,
+                                                  [1] * nd, False, [0] * nd, 1, mask)
+    args = [gy.numpy(), x.numpy(), w.numpy(), [w_shape[0]], [1] * nd, [pad] * nd, [1] * nd,
+            False, [0] * nd, 1, mask]
+    return args, [o.numpy() for o in out if o is not None]
+
+
+def _explained(op: str, args: list, recs: list, threads: int, words: str) -> None:
+    refs = FORMS[op](args, {})
+    checked = 0
+    for o, (ref, rec) in enumerate(zip(refs, recs, strict=True)):
+        d = _diff(ref, rec)
+        if not d["n_diff"]:
+            continue
+        got = explain_op(op, args, {}, rec, d, output=o, threads=threads)
+        assert got["cause"] == "fma" and words in got["variant"], (o, got)
+        off = rec.copy()
+        off.reshape(-1).view(np.int32)[0] += 1
+        assert explain_op(op, args, {}, off, _diff(ref, off), output=o,
+                          threads=threads)["cause"] == "unknown"
+        checked += 1
+    assert checked
+
+
+@need_avx512
+# (lines, not images; 3 images of 8 lines or 5 of 7 are split by images, oneDNN's heuristic
+# not written out: the runs variant names those)
+@pytest.mark.parametrize("n, size", [(3, 16), (3, 20)])
+def test_a_one_channel_convolutions_gradients_cut_its_lines_among_the_threads(n, size):
+    args, recs = _conv_case((n, 1, size, size), (16, 1, 5, 5), 0, 2, [False, True, True])
+    _explained("aten.convolution_backward.default", args, recs, 2, "lines cut among 2 threads")
+
+
+@need_avx512
+@pytest.mark.parametrize("ci, co", [(1, 8), (8, 16), (24, 16), (40, 32)])
+def test_a_3d_convolution_is_onednns_direct_order(ci, co):
+    g = torch.Generator().manual_seed(ci)
+    x, w, b = (torch.randn(s, generator=g) for s in ((2, ci, 5, 5, 5), (co, ci, 3, 3, 3), (co,)))
+    rec = torch.nn.functional.conv3d(x, w, b, padding=1).numpy()
+    args = [x.numpy(), w.numpy(), b.numpy(), [1, 1, 1], [1, 1, 1], [1, 1, 1], False,
+            [0, 0, 0], 1]
+    ref = FORMS["aten.convolution.default"](args, {})[0]
+    d = _diff(ref, rec)
+    assert d["n_diff"]
+    got = explain_op("aten.convolution.default", args, {}, rec, d, threads=1)
+    assert got["cause"] == "fma" and "3-D convolution" in got["variant"], got
+
+
+@need_avx512
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("ci, co, n, size", [(1, 8, 3, 5), (3, 16, 3, 5), (8, 16, 2, 4),
+                                             (16, 32, 3, 4)])
+def test_a_3d_convolutions_gradients_are_onednns(ci, co, n, size, threads):
+    args, recs = _conv_case((n, ci, size, size, size), (co, ci, 3, 3, 3), 1, threads,
+                            [ci > 1, True, True])
+    _explained("aten.convolution_backward.default", args, recs, threads, "3-D convolution")
