@@ -67,6 +67,9 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     held = [rec]
     restore = install(meta, lambda: held[0])
     restore_trace = install_trace(meta)  # (jit.trace, export: with the modes off)
+    from tapescope.app.capture.shared_np import install as install_np
+
+    restore_np = install_np(lambda: held[0])  # (memory shared with numpy: watched)
     rec.start()
     try:
         yield rec
@@ -79,6 +82,7 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
         finally:
             restore()
             restore_trace()
+            restore_np()
             held[0] = None
     if rec.error is not None:
         raise rec.error

@@ -116,6 +116,9 @@ def main() -> None:
     from tapescope.app.capture.tracers import install as install_trace
 
     install_trace(meta)  # torch.jit.trace, torch.export with the modes off (they fail under one)
+    from tapescope.app.capture.shared_np import install as install_np
+
+    install_np(lambda: holder[0] if holder else None)  # memory shared with numpy: watched
     if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
         meta["applied"] = apply(cfg["apply"])
 

@@ -656,6 +656,11 @@ class Recorder(TorchDispatchMode):
         self._uninit_vids: set[int] = set()  # the values of uninitialised memory (sentinels)
         self.outside_writes = 0  # such values read by an op: recorded then (``_fresh_reads``)
         self._uninit_snap: dict[int, bytes] = {}  # their bytes' digests as they were made
+        # storages (``_skey``) the script shares with numpy (``torch.from_numpy``,
+        # ``Tensor.numpy()``: app/capture/shared_np.py) -> how many live tensors it was seen
+        # through: numpy writes them with no aten op and no version counter moving, so every
+        # op taking one compares its bytes with their recorded value (``_fresh_reads``)
+        self._np_watch: dict[int, int] = {}
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -988,6 +993,8 @@ class Recorder(TorchDispatchMode):
     def _count_step(self) -> None:
         self.closing = False
         self._manual_update = False
+        if self._np_watch:
+            self._sweep_watch()
         self.step_start.append(len(self.rows))
         self._note_param_ptrs()  # (a parameter given other memory since: its pointer now)
         self._by_ptr = {p: live for p, refs in self._by_ptr.items()
@@ -1375,14 +1382,29 @@ class Recorder(TorchDispatchMode):
         indices), which were otherwise unjudged. Bytes as the ``empty`` found them (the heap's:
         a script reading memory it never wrote), or memory too large to have been compared
         (``_SNAP_MAX``), stay unrecorded. Only memory an op reads is considered (a view, a
-        shape, an overwrite read none)."""
-        uninit, snap = self._uninit_vids, self._uninit_snap
+        shape, an overwrite read none). A tensor over memory the script shares with numpy
+        (``_np_watch``) whose bytes are no longer its recorded value's (numpy wrote them: a
+        batch buffer refilled, a weight edited through ``.numpy()``) is read afresh likewise,
+        by any op that takes it (a view's output is made of its bytes as they are)."""
+        uninit = self._uninit_vids if info[13] else ()
+        snap, watch = self._uninit_snap, self._np_watch
 
         def fresh(a: Any, e: Any) -> Any:
-            if type(e) is dict and e.get("T") in uninit and isinstance(a, _Tensor):
-                was = snap.get(e["T"])
-                if was is None or _span_digest(a) == was:
-                    return e  # (the heap's bytes as the ``empty`` found them: not recorded)
+            if type(e) is dict and isinstance(a, _Tensor):
+                vid = e.get("T")
+                if vid in uninit:
+                    was = snap.get(vid)
+                    if was is None or _span_digest(a) == was:
+                        return e  # (the heap's bytes as the ``empty`` found them: not recorded)
+                else:
+                    sk = _skey(a) if watch else -1
+                    if sk not in watch:
+                        return e
+                    wrote = self._numpy_wrote(a, vid)
+                    if watch.get(sk) == 0:  # (its array is gone: this read was the last)
+                        del watch[sk]
+                    if not wrote:
+                        return e
                 k = self._key(a)
                 vid = self._new_value(a)
                 self.seen[k] = vid
@@ -1394,6 +1416,62 @@ class Recorder(TorchDispatchMode):
         skip = 1 if info[11] else 0  # (an overwrite's first argument: written, not read)
         return list(enc_args[:skip]) + [fresh(a, e) for a, e in zip(
             args[skip:], enc_args[skip:], strict=False)] + list(enc_args[len(args):])
+
+    def _numpy_wrote(self, t: torch.Tensor, vid: Any) -> bool:
+        """Whether ``t``'s bytes are no longer value ``vid``'s as recorded: compared with its
+        stored array, else with its digest; False where neither is at hand (a derived view,
+        whose source is compared; a digest still on the hashing thread)."""
+        if type(vid) is not int or not 0 <= vid < len(self.v_array) or vid in self.derived \
+                or not t.is_cpu or t.layout is not _STRIDED:
+            return False
+        try:
+            a = _alias_np(t)
+        except (TypeError, ValueError, RuntimeError):
+            return False
+        kept = self.v_array[vid]
+        if isinstance(kept, np.ndarray):
+            return kept.shape != a.shape or not np.array_equal(
+                kept.reshape(-1).view(np.uint8), np.ascontiguousarray(a).reshape(-1).view(
+                    np.uint8))
+        h = self.v_sha[vid]
+        if not isinstance(h, str):
+            return False
+        return self._hex(a if a.flags.c_contiguous else _c_order(t, a)) != h
+
+    def watch_shared(self, t: torch.Tensor, holder: Any = None) -> None:
+        """``t``'s memory is shared with numpy (``app/capture/shared_np.py``), watched
+        (``_fresh_reads``): while ``t`` lives (``from_numpy``'s tensor: when it dies, no tensor
+        is over that memory); or, ``holder`` the array ``t.numpy()`` gave, while it lives and
+        then until an op next takes that memory (numpy wrote it through the array, which a
+        script drops at once: ``p.numpy()[0] *= 0.5``) or no tensor known over it is left
+        (``_sweep_watch``, at each step's end)."""
+        k = _skey(t)
+        if k <= 0 or not t.is_cpu:
+            return
+        watch = self._np_watch
+        watch[k] = watch.get(k, 0) + 1
+        keep = holder is not None
+
+        def gone(k: int = k, watch: dict = watch, keep: bool = keep) -> None:
+            n = watch.get(k)
+            if n is None:
+                return
+            if n > 1 or keep:
+                watch[k] = max(n - 1, 0)  # (0: read once more, then forgotten)
+            else:
+                del watch[k]
+        try:
+            weakref.finalize(t if holder is None else holder, gone)
+        except TypeError:  # (what takes no weak reference: watched for good)
+            pass
+
+    def _sweep_watch(self) -> None:
+        """Forget watched memory no array holds that no live tensor known to the recorder is
+        over any more (``watch_shared``)."""
+        watch, by_ptr = self._np_watch, self._by_ptr
+        for k in [k for k, n in watch.items() if n == 0]:
+            if not any(r() is not None for r in by_ptr.get(k, ())):
+                del watch[k]
 
     def _unread(self, t: torch.Tensor) -> None:
         """``t``, the first argument of an op that overwrites it unread (``OVERWRITE_OPS``),
@@ -1695,8 +1773,8 @@ class Recorder(TorchDispatchMode):
                         enc_args.append({"T": value_of(a)})
                     else:
                         enc_args.append(self._encode(a))
-            if self._uninit_vids and info[13]:  # (memory no recorded op wrote, read here)
-                enc_args = self._fresh_reads(args, enc_args, info)
+            if (self._uninit_vids and info[13]) or self._np_watch:  # (memory no recorded op
+                enc_args = self._fresh_reads(args, enc_args, info)  # wrote, or numpy's)
             if kwargs:
                 enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
             else:

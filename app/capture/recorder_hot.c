@@ -36,7 +36,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
     *s_set_eval_frame, *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived,
     *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch, *s_fresh_reads,
-    *s_note_strided, *s_is_zerotensor;
+    *s_note_strided, *s_is_zerotensor, *s__np_watch;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1800,9 +1800,15 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
      * last): what C++ wrote there, read afresh (``Recorder._fresh_reads``) */
     if (PyTuple_GET_SIZE(info) > 13 && self->c_uninit_vids != NULL) {
         PyObject *uninit = self->c_uninit_vids;
-        if (PySet_Check(uninit) && PySet_GET_SIZE(uninit) > 0) {
-            int hit = info_true(info, 13);
-            if (hit > 0)
+        /* memory the script shares with numpy (``Recorder._np_watch``): any op taking a
+         * tensor may meet bytes numpy wrote; the Python's (``_fresh_reads``) */
+        PyObject *watch = PyDict_GetItemWithError(self->dict, s__np_watch);
+        if (watch == NULL && PyErr_Occurred())
+            goto pre_failed;
+        int watching = watch != NULL && PyDict_Check(watch) && PyDict_GET_SIZE(watch) > 0;
+        if (watching || (PySet_Check(uninit) && PySet_GET_SIZE(uninit) > 0)) {
+            int hit = watching ? 1 : info_true(info, 13);
+            if (hit > 0 && !watching)
                 hit = names_any(enc_args, uninit);
             if (hit < 0)
                 goto pre_failed;
@@ -2291,6 +2297,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_derived_digest, "_derived_digest");
     INTERN(s_put, "put");
     INTERN(s_fresh_reads, "_fresh_reads");
+    INTERN(s__np_watch, "_np_watch");
     INTERN(s_note_strided, "_note_strided");
     INTERN(s_is_zerotensor, "_is_zerotensor");
     INTERN(s_recording, "recording");
