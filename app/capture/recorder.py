@@ -1574,7 +1574,7 @@ class Recorder(TorchDispatchMode):
         made it: autograd gives a view its base's version counter after the op returns)
         recorded as derived from its base's value as it is now (``_derived_source``), where
         it would be hashed; None otherwise."""
-        if t.nbytes < _DERIVE_MIN:
+        if t.layout is not _STRIDED or t.nbytes < _DERIVE_MIN:  # (a sparse view: no nbytes)
             return None
         e = self.uid.get(id(base))
         if e is None or e[0]() is not base or e[2] != _ptr(base):
@@ -1906,7 +1906,7 @@ class Recorder(TorchDispatchMode):
                     outs = (self._made_uninitialised(out),)
                 elif (like := self._same_bytes(out, args, enc_args)) is not None:
                     outs = (self._made_like(out, like),)
-                elif self.derive_views and out.nbytes >= _DERIVE_MIN \
+                elif self.derive_views and out.layout is _STRIDED and out.nbytes >= _DERIVE_MIN \
                         and (src := self._derived_source(out, args, enc_args)) is not None:
                     outs = (self._made_like(out, src[0]) if src[1] is None
                             else self._made_derived(out, *src),)

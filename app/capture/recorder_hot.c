@@ -1459,8 +1459,11 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
                 int derive = 0;
                 if (f) {
                     long long nb = long_of(out, s_nbytes, 0);
-                    if (nb == -1 && PyErr_Occurred())
-                        return -1;
+                    if (nb == -1 && PyErr_Occurred()) {
+                        if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+                            return -1;
+                        PyErr_Clear();  /* (a sparse view has no nbytes: not derived) */
+                    }
                     long long derive_min = glob_ll(s_DERIVE_MIN);
                     if (derive_min == -1 && PyErr_Occurred())
                         return -1;

@@ -128,3 +128,4 @@ def test_arrays_a_script_drops_leave_nothing_watched_for_long(tmp_path, path):
             del out
             sizes.append(len(rec._np_watch))
     assert max(sizes) <= 1, sizes  # (no sweep: 1, 2, 3)
+
