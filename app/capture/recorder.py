@@ -618,6 +618,9 @@ class Recorder(TorchDispatchMode):
         self.recording = True
         self.step = 1
         self.thread = threading.get_ident()
+        self.thread_name: str | None = None  # the thread the recording followed (``_adopt``)
+        self._adopted = False
+        self._forward_seen = False  # a module forward recorded in the recording thread
         # values: per id its dtype name, shape, digest, array (None: hashed only)
         self.v_dtype: list[str] = []
         self.v_shape: list[tuple[int, ...]] = []
@@ -805,13 +808,17 @@ class Recorder(TorchDispatchMode):
             h.remove()
         self.hooks = []
         self._hashes_done()
-        if self.active:
-            from torch.utils._python_dispatch import _get_current_dispatch_mode
+        self._leave_mode()
 
-            if _get_current_dispatch_mode() is self:
-                self.__exit__(None, None, None)
-                self.active = False
-            # else another mode entered after ours is still on top: ours stays, passing through
+    def _leave_mode(self) -> None:
+        """Leave the mode on this thread where ours is its innermost (else another mode
+        entered after ours is still on top: ours stays, passing through). The recording may
+        have followed the script into another thread (``_adopt``): each thread's own stack."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        if (self.active or self._adopted) and _get_current_dispatch_mode() is self:
+            self.__exit__(None, None, None)
+            self.active = False
 
     def _hashes_done(self) -> None:
         """Wait for the hashing thread, end it, and give each value that shares a digest
@@ -837,7 +844,7 @@ class Recorder(TorchDispatchMode):
         if _is_compiling():
             return
         in_bw = _graph_task_id() != -1
-        if threading.get_ident() != self.thread and not in_bw:
+        if threading.get_ident() != self.thread and not in_bw and not self._adopt():
             return
         if self._finish_later and _mode_may_leave():
             self.finish()
@@ -853,6 +860,7 @@ class Recorder(TorchDispatchMode):
         if not self.modules and in_bw:  # a checkpoint's recompute: the forward's own path
             path = self._fwd_paths.get(id(mod)) or type(mod).__name__
         elif not self.modules:
+            self._forward_seen = True
             self.after_backward = False  # a new forward
             if self.in_optimizer:  # a closure's (LBFGS's step(closure)): forward, then backward,
                 self._closure_opt += self.in_optimizer  # then the optimizer's own ops again
@@ -938,7 +946,23 @@ class Recorder(TorchDispatchMode):
             slots[free] = weakref.ref(root)
         return base if free == 0 else f"{base}#{free + 1}"
 
+    def _adopt(self) -> bool:
+        """A module's forward in another thread before any in the recording thread: the script
+        trains there (its loop in a ``threading.Thread``), and the recording follows it --
+        the mode entered on that thread's stack too (a dispatch mode is a thread's own), the
+        recording thread that one (``meta.thread``). False: another thread's forward, not the
+        step's (a loader's, an evaluation's)."""
+        if self._forward_seen or not self.recording or not self.active:
+            return False
+        self.__enter__()
+        self._adopted = True
+        self.thread = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        return True
+
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() != self.thread and _graph_task_id() == -1:
+            return  # (another thread's optimizer: not the step's)
         if self._finish_later and _mode_may_leave():
             self.finish()
         if not self.recording:
@@ -965,7 +989,8 @@ class Recorder(TorchDispatchMode):
                 self.quiet = False
 
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.recording:
+        if not self.recording or (threading.get_ident() != self.thread
+                                  and _graph_task_id() == -1):
             return
         self.in_optimizer = max(0, self.in_optimizer + self._closure_opt - 1)
         self._closure_opt = 0
@@ -1022,6 +1047,7 @@ class Recorder(TorchDispatchMode):
     def finish(self) -> None:
         """Stop recording (the script runs on) and hand the result to ``on_done`` once."""
         if self.done:
+            self._leave_mode()  # (the recording followed another thread: this one's mode)
             return
         self.done = True
         self.stop()
@@ -2050,6 +2076,7 @@ class Recorder(TorchDispatchMode):
                      "values": len(self.v_dtype), "values_hashed": self.n_hashed,
                      "stored_bytes": self.stored_bytes,
                      "outside_writes": self.outside_writes,
+                     **({"thread": self.thread_name} if self.thread_name else {}),
                      "record_seconds": round(time.perf_counter() - self.t0, 3),
                      **(meta or {})},
         }
