@@ -152,8 +152,9 @@ def _main(argv: list[str]) -> int:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # (here, where a reader gone is caught; not at the interpreter's exit)
         return 141 if out.gone else code  # (the files it writes written all the same)
-    except KeyboardInterrupt:
-        print(f"tapescope {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # (a command may say what it had done: its message)
+        said = f"; {e.args[0]}" if e.args and isinstance(e.args[0], str) else ""
+        print(f"tapescope {args.command}: interrupted{said}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader left (``| head``): quiet, as coreutils are (128 + SIGPIPE)
         _stdout_gone()

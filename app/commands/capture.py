@@ -212,6 +212,11 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             child.terminate()
             child.wait()
+            reader.join(timeout=5)
+            done = next((e for e in events if e.get("event") == "written"), None)
+            if done:  # (the steps asked for had ended: the file is whole)
+                raise KeyboardInterrupt(f"{done['steps']} steps had been written to "
+                                        f"{args.out}") from None
             raise
         reader.join(timeout=5)
     wall = time.perf_counter() - t0
@@ -223,8 +228,19 @@ def run(args: argparse.Namespace) -> int:
             if written else ""
         raise ValueError(f"{failed['message']} (the script ran on, unrecorded){kept}")
     if rc != 0:
-        tail = f"; {written['steps']} steps were written to {args.out}" if written else ""
-        raise ValueError(f"the script failed (exit {rc}): {shown}{tail}")
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"
+        made = sum(e.get("event") == "step" for e in events)
+        if written:
+            tail = f"; {written['steps']} steps were written to {args.out}"
+        elif made:  # (os._exit, a signal: no Python shutdown, so no finish and no file)
+            tail = (f"; its {made} recorded step{'s' if made > 1 else ''} were lost: it ended "
+                    "without Python's shutdown (os._exit, a signal) before the capture was "
+                    "written (the file is written at the script's first operation after "
+                    f"the last step asked for{f': ask for --steps {made - 1}' if made > 1 else ''}"
+                    ")")
+        else:
+            tail = ""
+        raise ValueError(f"the script failed ({how}): {shown}{tail}")
     if err is not None:
         raise ValueError(f"cannot write {args.out}: {err['message']}")
     if written is None:
