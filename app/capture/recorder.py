@@ -318,6 +318,7 @@ _Tensor = torch.Tensor
 _graph_task_id = torch._C._current_graph_task_id
 _autograd_node = torch._C._current_autograd_node
 _get_ident = threading.get_ident
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # (modes and subclasses alike)
 _getframe = sys._getframe
 _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
 _CHAR = ctypes.c_char
@@ -1832,7 +1833,10 @@ class Recorder(TorchDispatchMode):
         failure stops recording there (``_broken``), as an op's does."""
         def run(*args: Any) -> None:
             try:
-                hook(*args)
+                # (the script's own TorchFunctionMode, or a subclass's ``__torch_function__``,
+                # must not see the recorder's reads: a counting mode counted 12 calls more)
+                with _NO_TORCH_FUNCTION():
+                    hook(*args)
             except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
                 self._broken(where, e)
         return run
