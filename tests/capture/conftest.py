@@ -105,3 +105,16 @@ def hot():
     if mod is None:
         pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
     return mod
+
+
+@pytest.fixture(params=[True, False], ids=["c", "python"])
+def recorder_path(request, monkeypatch):
+    """Each test run on the recorder's C per-op path and on its Python one (True: C; skipped
+    where the C path does not build)."""
+    from tapescope.app.capture import recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if request.param and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", request.param)
+    return request.param

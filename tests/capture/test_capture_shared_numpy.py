@@ -39,24 +39,13 @@ def _loop(steps: int = 2) -> tuple[list[float], list[np.ndarray]]:
     return losses, batches
 
 
-@pytest.fixture(params=[True, False], ids=["c", "python"])
-def path(request, monkeypatch):
-    from tapescope.app.capture import recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if request.param and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", request.param)
-    return request.param
-
-
-def test_numpy_writes_are_read_afresh_and_no_op_is_blamed_for_them(tmp_path, path):
+def test_numpy_writes_are_read_afresh_and_no_op_is_blamed_for_them(tmp_path, recorder_path):
     plain, _ = _loop()
     f = tmp_path / "np.capture"
     with capture(f, steps=2) as rec:
         got, batches = _loop()
     assert got == plain  # (the script's own output: the same bits)
-    assert (rec.ops_native > 0) == path
+    assert (rec.ops_native > 0) == recorder_path
     cap = load(f)
     assert cap.meta["outside_writes"] >= 2  # (the refilled batch, the edited weight)
     ops = cap.ops
@@ -73,7 +62,7 @@ def test_numpy_writes_are_read_afresh_and_no_op_is_blamed_for_them(tmp_path, pat
     assert rep["counts"].get("unjudged", 0) == 0
 
 
-def test_hashed_values_are_compared_by_their_digest(tmp_path, path):
+def test_hashed_values_are_compared_by_their_digest(tmp_path, recorder_path):
     f = tmp_path / "np.capture"
     with capture(f, steps=2, hashes_only=True):
         _loop()
@@ -108,7 +97,7 @@ def test_the_wrappers_return_torchs_own_results_and_go_with_the_capture(tmp_path
     assert torch.from_numpy(a).data_ptr() == a.ctypes.data
 
 
-def test_arrays_a_script_drops_leave_nothing_watched_for_long(tmp_path, path):
+def test_arrays_a_script_drops_leave_nothing_watched_for_long(tmp_path, recorder_path):
     """``out.detach().numpy()`` each step (a metric): watched until its memory is read again
     or no tensor over it is left (swept at each step's end), not for the rest of the run
     (every op taking the slow path)."""

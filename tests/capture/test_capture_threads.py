@@ -17,17 +17,6 @@ from tapescope.core.capture.file import load  # noqa: E402
 from tapescope.core.capture.judge import judge  # noqa: E402
 
 
-@pytest.fixture(params=[True, False], ids=["c", "python"])
-def native(request, monkeypatch):
-    from tapescope.app.capture import recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if request.param and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", request.param)
-    return request.param
-
-
 def _train(model: torch.nn.Module, steps: int, seed: int, losses: list) -> None:
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -40,7 +29,7 @@ def _train(model: torch.nn.Module, steps: int, seed: int, losses: list) -> None:
         losses.append(loss.item())
 
 
-def test_a_loop_in_a_thread_is_recorded(tmp_path, native):
+def test_a_loop_in_a_thread_is_recorded(tmp_path, recorder_path):
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 3)
     losses: list = []
@@ -51,7 +40,7 @@ def test_a_loop_in_a_thread_is_recorded(tmp_path, native):
         t.join()
     assert torch._C._len_torch_dispatch_stack() == 0  # (no mode left on this thread)
     assert rec.steps_done() == 2 and rec.failed is None
-    assert (rec.ops_native > 0) == native
+    assert (rec.ops_native > 0) == recorder_path
     cap = load(f)
     assert cap.meta["thread"] == "trainer"
     assert {"forward", "backward", "optimizer"} <= set(cap.ops["phase"])
@@ -60,7 +49,8 @@ def test_a_loop_in_a_thread_is_recorded(tmp_path, native):
     assert rep["counts"].get("unjudged", 0) == 0 and rep["no_reference"] == []
 
 
-def test_another_threads_steps_after_the_first_forward_are_not_the_steps(tmp_path, native):
+def test_another_threads_steps_after_the_first_forward_are_not_the_steps(tmp_path,
+                                                                       recorder_path):
     torch.manual_seed(0)
     model, other = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
     mine: list = []
