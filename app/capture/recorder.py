@@ -845,7 +845,7 @@ class Recorder(TorchDispatchMode):
         if _is_compiling():
             return
         in_bw = _graph_task_id() != -1
-        if threading.get_ident() != self.thread and not in_bw and not self._adopt():
+        if threading.get_ident() != self.thread and not in_bw and not self._adopt(mod):
             return
         if self._finish_later and _mode_may_leave():
             self.finish()
@@ -947,13 +947,15 @@ class Recorder(TorchDispatchMode):
             slots[free] = weakref.ref(root)
         return base if free == 0 else f"{base}#{free + 1}"
 
-    def _adopt(self) -> bool:
-        """A module's forward in another thread before any in the recording thread: the script
-        trains there (its loop in a ``threading.Thread``), and the recording follows it --
-        the mode entered on that thread's stack too (a dispatch mode is a thread's own), the
-        recording thread that one (``meta.thread``). False: another thread's forward, not the
-        step's (a loader's, an evaluation's)."""
-        if self._forward_seen or not self.recording or not self.active:
+    def _adopt(self, mod: torch.nn.Module) -> bool:
+        """A model's forward (a module with parameters) in another thread before any in the
+        recording thread: the script trains there (its loop in a ``threading.Thread``), and
+        the recording follows it -- the mode entered on that thread's stack too (a dispatch
+        mode is a thread's own), the recording thread that one (``meta.thread``). False:
+        another thread's forward, not the step's (an evaluation's; a loader thread's
+        transforms, modules without parameters)."""
+        if self._forward_seen or not self.recording or not self.active or \
+                next(mod.parameters(), None) is None:
             return False
         self.__enter__()
         self._adopted = True
@@ -1428,8 +1430,8 @@ class Recorder(TorchDispatchMode):
                     if sk not in watch:
                         return e
                     wrote = self._numpy_wrote(a, vid)
-                    if watch.get(sk) == 0:  # (its array is gone: this read was the last)
-                        del watch[sk]
+                    if watch.get(sk) == 0:  # (its array is gone: this read was the last;
+                        watch.pop(sk, None)  # pop: a finalizer may run on another thread)
                     if not wrote:
                         return e
                 k = self._key(a)
@@ -1486,7 +1488,7 @@ class Recorder(TorchDispatchMode):
             if n > 1 or keep:
                 watch[k] = max(n - 1, 0)  # (0: read once more, then forgotten)
             else:
-                del watch[k]
+                watch.pop(k, None)
         try:
             weakref.finalize(t if holder is None else holder, gone)
         except TypeError:  # (what takes no weak reference: watched for good)
@@ -1498,7 +1500,7 @@ class Recorder(TorchDispatchMode):
         watch, by_ptr = self._np_watch, self._by_ptr
         for k in [k for k, n in watch.items() if n == 0]:
             if not any(r() is not None for r in by_ptr.get(k, ())):
-                del watch[k]
+                watch.pop(k, None)
 
     def _unread(self, t: torch.Tensor) -> None:
         """``t``, the first argument of an op that overwrites it unread (``OVERWRITE_OPS``),

@@ -68,3 +68,22 @@ def test_another_threads_steps_after_the_first_forward_are_not_the_steps(tmp_pat
     assert [float(cap.arrays[v]) for v in cap.losses] == mine
     n_linear = sum(op == "aten.addmm.default" for op in cap.ops["op"])
     assert n_linear == 2  # (one forward a step: the other thread's two not among them)
+
+
+def test_a_loader_threads_parameterless_transform_first_is_not_followed(tmp_path,
+                                                                        recorder_path):
+    """A prefetching thread runs a transform (a module without parameters, as torchvision's
+    v2 transforms are) before the model's first forward: the recording stays with the thread
+    that trains."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    norm = torch.nn.Tanh()
+    mine: list = []
+    with capture(tmp_path / "p.capture", steps=1) as rec:
+        t = threading.Thread(target=lambda: norm(torch.randn(4, 6)))
+        t.start()
+        t.join()
+        _train(model, 1, 1, mine)
+    assert rec.steps_done() == 1 and rec.thread_name is None
+    cap = load(tmp_path / "p.capture")
+    assert [float(cap.arrays[v]) for v in cap.losses] == mine
