@@ -22,7 +22,9 @@ from tapescope.core.capture.aten_ref_table import (
     F64,
     HALF,
     NoReference,
+    as_dtype,
     check_elems,
+    default_float,
     form,
     is_float,
 )
@@ -217,3 +219,61 @@ def _polygamma(args: list, kwargs: dict) -> list:
         return None
     return _special("polygamma", lambda mp, v: mp.polygamma(n, v), cases)([x], kwargs)
 
+
+
+# --- window functions -----------------------------------------------------------------------------
+
+_WINDOWS = {"hann_window": (0.5, 0.5), "hamming_window": (0.54, 0.46)}
+
+
+def window_args(base: str, args: list, kwargs: dict) -> tuple[int, bool, float, float]:
+    """(N, periodic, alpha, beta) of a ``hann_window`` / ``hamming_window`` call."""
+    n = args[0] if args else kwargs.get("window_length")
+    if type(n) is not int or n < 0:
+        raise NoReference(f"window length {n!r} (a non-negative int)")
+    alpha, beta = _WINDOWS[base]
+    periodic = bool(args[1]) if len(args) > 1 else bool(kwargs.get("periodic", True))
+    if len(args) > 2:
+        alpha = float(args[2])
+    if len(args) > 3:
+        beta = float(args[3])
+    return n, periodic, alpha, beta
+
+
+def _window(base: str):
+    def run(args: list, kwargs: dict) -> list:
+        """``alpha - beta * cos(2 pi n / (M - 1))`` for n < N (M = N + 1 where ``periodic``,
+        the default), each value correctly rounded to the dtype (mpmath, Ziv's strategy: the
+        sum cancels near n = 0, where a double's would lose the bits); N = 1: ones; N = 0:
+        empty."""
+        n, periodic, alpha, beta = window_args(base, args, kwargs)
+        return [_window_values(base, n, periodic, alpha, beta,
+                               as_dtype(kwargs.get("dtype")) or default_float())]
+    return run
+
+
+def _window_values(base: str, n: int, periodic: bool, alpha: float, beta: float,
+                   out: np.dtype) -> np.ndarray:
+    if not is_float(out):
+        raise NoReference(f"a window of {out} (written for floating types)")
+    check_elems(n, base)
+    if n <= 1:
+        return np.ones(n, out)
+    if n > _BUDGET:
+        raise NoReference(f"{base}: {n:,} values, past the special functions' budget of "
+                          f"{_BUDGET:,} (mpmath's values)")
+    m = n + 1 if periodic else n
+    target = F64 if out == F64 else F32
+    bits = 53 if target == F64 else 24
+    mp = _mp()
+
+    def value(mp, u):
+        return mp.mpf(alpha) - mp.mpf(beta) * mp.cos(2 * mp.pi * u / (m - 1))
+    y = np.array([_ziv(value, float(k), target, bits, mp) for k in range(n)], target)
+    return y.astype(out)
+
+
+form("aten.hann_window.default", "aten.hann_window.periodic")(_window("hann_window"))
+form("aten.hamming_window.default", "aten.hamming_window.periodic",
+     "aten.hamming_window.periodic_alpha",
+     "aten.hamming_window.periodic_alpha_beta")(_window("hamming_window"))

@@ -4305,6 +4305,26 @@ def _aten_weight_norm(backward: bool) -> Callable:
     return run
 
 
+def _aten_window(base: str) -> Callable:
+    """``hann_window`` / ``hamming_window`` as ATen makes it (``native::hamming_window``): in
+    the dtype, ``arange(M)`` times ``2 pi / (M - 1)`` (the double rounded to the dtype), MKL
+    VML's cos (``torch.cos``'s), times ``-beta``, plus ``alpha``, each step rounded; the first
+    N where ``periodic`` (M = N + 1)."""
+    from tapescope.core.capture.aten_ref_special import window_args
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        n, periodic, alpha, beta = window_args(base, args, kw)
+        dt = as_dtype(kw.get("dtype")) or np.dtype(np.float32)
+        if dt not in (np.float32, np.float64) or n <= 1:
+            raise ValueError("written for float32 / float64 windows of 2 or more")
+        m = n + 1 if periodic else n
+        t = dt.type
+        x = np.arange(m, dtype=dt) * t(math.pi * 2.0 / (m - 1))
+        w = (_vml("Cos", x) * t(-beta)).astype(dt) + t(alpha)
+        return np.asarray(w[:n], dt)
+    return run
+
+
 def _aten_prod(args: list, kw: dict) -> np.ndarray:
     x = np.asarray(args[0])
     if x.dtype not in (np.float32, np.float64):
@@ -4773,6 +4793,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "cells, the cells in row-major order)", _avg_pool2d_backward)]
     if base in ("sum", "mean"):
         return _sums(op, dt)
+    if base in ("hann_window", "hamming_window"):
+        return [("libm", f"PyTorch's CPU {base} (ATen's steps in the dtype: arange times 2 pi / "
+                         "(M - 1), MKL VML's cos, times -beta, plus alpha, each rounded)",
+                 _aten_window(base))]
     if base == "prod":
         return [("reassociation", "PyTorch's CPU prod (binary_kernel_reduce_vec, one thread): "
                                   "a contiguous run of 4 vectors of 32 bytes or more multiplied "
