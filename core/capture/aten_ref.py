@@ -104,7 +104,8 @@ _RESOLVED_FORMS = [0]  # len(FORMS) when _RESOLVED was filled
 _COMPLEX_ARITHMETIC = frozenset({
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
     "aten.neg.default", "aten.mul.Tensor", "aten.mul.Scalar", "aten.where.self",
-    "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar"})
+    "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar",
+    "aten.abs.default", "aten.sgn.default"})
 
 
 def _takes_complex(key: str) -> bool:

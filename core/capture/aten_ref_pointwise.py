@@ -109,7 +109,23 @@ for _n, _fn in (("erf", M.erf), ("expm1", M.expm1), ("log1p", M.log1p)):
     form(f"aten.{_n}.default")(
         lambda args, kwargs, _fn=_fn: [ew(_fn, args[0], out=_float_out(args[0]))])
 
-for _n, _np in (("abs", np.abs), ("sign", np.sign), ("sgn", np.sign), ("floor", np.floor),
+def _abs_or_sgn(real: Any, cplx: str) -> Any:
+    """``abs`` / ``sgn``: numpy's for real operands; a complex one's by
+    ``aten_ref_special.complex_abs`` / ``complex_sgn`` (the modulus correctly rounded)."""
+    def run(args: list, kwargs: dict) -> list:
+        x = args[0]
+        if isinstance(x, np.ndarray) and x.dtype.kind == "c":
+            from tapescope.core.capture import aten_ref_special
+
+            return [getattr(aten_ref_special, f"complex_{cplx}")(x)]
+        return [np.asarray(real(x))]
+    return run
+
+
+form("aten.abs.default")(_abs_or_sgn(np.abs, "abs"))
+form("aten.sgn.default")(_abs_or_sgn(np.sign, "sgn"))
+
+for _n, _np in (("sign", np.sign), ("floor", np.floor),
                 ("ceil", np.ceil), ("trunc", np.trunc), ("round", np.rint),
                 ("logical_not", np.logical_not), ("isnan", np.isnan), ("isinf", np.isinf),
                 ("isfinite", np.isfinite), ("bitwise_not", np.invert)):

@@ -277,3 +277,56 @@ form("aten.hann_window.default", "aten.hann_window.periodic")(_window("hann_wind
 form("aten.hamming_window.default", "aten.hamming_window.periodic",
      "aten.hamming_window.periodic_alpha",
      "aten.hamming_window.periodic_alpha_beta")(_window("hamming_window"))
+
+
+# --- the modulus of a complex value ---------------------------------------------------------------
+
+def complex_abs(z: np.ndarray) -> np.ndarray:
+    """``|z|`` of a complex64 / complex128 array, each the exact modulus correctly rounded to
+    the component type: for complex64 ``sqrt(re^2 + im^2)`` in double (the squares exact, two
+    roundings), kept where its float32 rounding is certain (``_double_fast``'s test), mpmath
+    (Ziv) for the rest and for complex128; an infinite component gives inf, else a NaN NaN."""
+    target = F32 if z.dtype == np.complex64 else F64
+    re, im = np.ascontiguousarray(z.real).reshape(-1), np.ascontiguousarray(z.imag).reshape(-1)
+    out = np.empty(re.shape, target)
+    with np.errstate(all="ignore"):
+        special = ~(np.isfinite(re) & np.isfinite(im))
+        out[special] = np.where(np.isinf(re[special]) | np.isinf(im[special]), np.inf, np.nan)
+        todo = ~special
+        if target == F32:
+            r64, i64 = re.astype(F64), im.astype(F64)
+            d = np.sqrt(r64 * r64 + i64 * i64)
+            f = d.astype(F32)
+            other = np.nextafter(f, np.where(d > f.astype(F64), np.float32(np.inf),
+                                             np.float32(-np.inf)))
+            mid = (f.astype(F64) + other.astype(F64)) / 2
+            ok = todo & np.isfinite(other) & (np.abs(d - mid) > 4 * np.spacing(np.abs(d)))
+            out[ok] = f[ok]
+            todo &= ~ok
+    idx = np.flatnonzero(todo)
+    if idx.size > _BUDGET:
+        raise NoReference(f"abs: {idx.size:,} complex values for mpmath, past the budget of "
+                          f"{_BUDGET:,}")
+    if idx.size:
+        mp = _mp()
+        bits = 53 if target == F64 else 24
+        for i in idx.tolist():
+            a, b = float(re[i]), float(im[i])
+            out[i] = _ziv(lambda mp, _u, a=a, b=b: mp.sqrt(mp.mpf(a) ** 2 + mp.mpf(b) ** 2),
+                          0.0, target, bits, mp)
+    return out.reshape(z.shape)
+
+
+def complex_sgn(z: np.ndarray) -> np.ndarray:
+    """``sgn(z) = z / |z|`` (0 where z is 0): each component divided by the correctly rounded
+    modulus (``complex_abs``), each quotient rounded."""
+    m = complex_abs(z)
+    t = m.dtype.type
+    with np.errstate(all="ignore"):
+        zero = m == 0
+        safe = np.where(zero, t(1), m)
+        re = np.where(zero, t(0), z.real / safe)
+        im = np.where(zero, t(0), z.imag / safe)
+    out = np.empty(z.shape, z.dtype)
+    out.real, out.imag = re, im
+    return out

@@ -358,3 +358,42 @@ def test_a_window_past_the_budget_or_of_a_bad_length_is_no_reference():
             FORMS["aten.hann_window.default"]([bad], {})
     assert FORMS["aten.hann_window.default"]([0], {})[0].shape == (0,)
     assert FORMS["aten.hann_window.default"]([1], {})[0].tolist() == [1.0]
+
+
+# --- the modulus of a complex value (an STFT's magnitude) -----------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_abs_is_the_exact_modulus_correctly_rounded_and_sgn_divides_by_it(dtype):
+    import mpmath
+
+    from tapescope.core.capture.aten_ref import reference
+
+    rng = np.random.default_rng(9)
+    z = (rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)
+         + 1j * rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)).astype(dtype)
+    z[:5] = [0, complex(np.inf, 1), complex(np.nan, 0), complex(3e38, 3e38), complex(-0.0, 2)]
+    got = reference("aten.abs.default", [z], {})[0]
+    target = np.float32 if dtype == np.complex64 else np.float64
+    assert got.dtype == target
+    assert got[0] == 0 and np.isinf(got[1]) and np.isnan(got[2]) and got[4] == 2
+    bits = 24 if target == np.float32 else 53
+    for k in range(3, 300):  # (the exact modulus, rounded once to the component type; 3e38
+        with mpmath.workprec(bits + 80), np.errstate(over="ignore"):  # + 3e38j: inf in float32
+            m = mpmath.sqrt(mpmath.mpf(float(z[k].real)) ** 2 + mpmath.mpf(float(z[k].imag)) ** 2)
+            want = target(float(m)) if target == np.float64 else np.float32(
+                float(mpmath.nint(m * 2 ** (bits - 1 - int(mpmath.floor(mpmath.log(m, 2)))))
+                      / 2 ** (bits - 1 - int(mpmath.floor(mpmath.log(m, 2))))))
+        assert got[k] == want, (k, z[k], got[k], want)
+    s = reference("aten.sgn.default", [z], {})[0]
+    assert s.dtype == dtype and s[0] == 0
+    ok = got[5:] > 0
+    assert np.array_equal(s[5:][ok].real, (z[5:][ok].real / got[5:][ok]).astype(target))
+    assert np.array_equal(s[5:][ok].imag, (z[5:][ok].imag / got[5:][ok]).astype(target))
+
+
+def test_complex128_abs_past_the_budget_is_no_reference():
+    from tapescope.core.capture.aten_ref import reference
+
+    z = np.ones(1 << 15, np.complex128)
+    with pytest.raises(NoReference, match="budget"):
+        reference("aten.abs.default", [z], {})
