@@ -168,6 +168,30 @@ def main() -> None:
         sys.path[0] = os.path.dirname(os.path.abspath(target))
         rec.start()
         try:
-            runpy.run_path(target, run_name="__main__")
+            _run_script(target)
         finally:
             rec.finish()
+
+
+def _run_script(target: str) -> None:
+    """Run the script file ``target`` as ``python target`` does: as ``__main__``, its code and
+    ``__file__`` named by the absolute path, ``sys.argv[0]`` as given (``runpy.run_path``
+    names both by the path it is handed: relative, the script's ``__file__``, its warnings and
+    tracebacks differed from its own run; absolute, its ``sys.argv[0]`` did)."""
+    import builtins
+    import io
+    import types
+
+    path = os.path.abspath(target)
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None,
+                         __spec__=None, __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved

@@ -81,13 +81,38 @@ def _shares(t: Any, data: Any) -> bool:
         return False
 
 
+def _call(orig: Callable, args: tuple, kwargs: dict) -> Any:
+    """``orig(*args, **kwargs)``, its warnings shown as from the wrapper's caller: torch warns
+    from C++ (a read-only array to ``from_numpy``) at the innermost Python frame, which would
+    be the wrapper's, so the script's stderr and its filters by module would see our file.
+    Caught while it runs (every one), then each given to the script's own filters and
+    registry at the caller's line (``warnings.warn_explicit``), as if no wrapper were there:
+    one its filters make an error raises from the call, as it would have."""
+    import sys
+    import warnings
+
+    caller = sys._getframe(2)  # (0: here, 1: the wrapper, 2: who called torch's function)
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return orig(*args, **kwargs)
+    finally:
+        g = caller.f_globals
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, caller.f_code.co_filename,
+                                   caller.f_lineno, module=g.get("__name__"),
+                                   registry=g.setdefault("__warningregistry__", {}),
+                                   module_globals=g)
+
+
 def _wrap() -> None:
     import torch
 
     def result_watched(orig: Callable, check: Callable[[Any, tuple], bool] | None) -> Callable:
         @functools.wraps(orig)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            out = orig(*args, **kwargs)
+            out = _call(orig, args, kwargs)
             if _GETTERS and (check is None or check(out, args)):
                 _watch(out)
             return out
@@ -97,7 +122,7 @@ def _wrap() -> None:
     def self_watched(orig: Callable) -> Callable:
         @functools.wraps(orig)
         def numpy(self: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(self, *args, **kwargs)
+            out = _call(orig, (self, *args), kwargs)
             if _GETTERS and not kwargs.get("force") and self.is_cpu:
                 _watch(self, out)  # (the array: ``p.detach().numpy()``'s tensor dies at once)
             return out

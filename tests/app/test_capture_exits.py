@@ -63,3 +63,20 @@ def test_ctrl_c_after_the_file_was_written_says_so(tmp_path):
     from tapescope.core.capture.file import load
 
     assert len(load(tmp_path / "c.capture").losses) == 2
+
+
+def test_the_script_sees_its_file_and_argv_as_it_does_uncaptured(tmp_path):
+    """``runpy.run_path(target)`` named the script's code and ``__file__`` by the path as
+    given (``train.py``, where ``python train.py`` makes both absolute): its warnings,
+    tracebacks and ``__file__`` differed under the capture; ``sys.argv[0]`` stays as given."""
+    script = "import sys, warnings\nprint(__file__, sys.argv[0])\nwarnings.warn('w')\n" + \
+        _LOOP.format(n=2, after="pass")
+    (tmp_path / "train.py").write_text(script)
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    p = _capture(tmp_path, script, 1)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert out.splitlines()[0] == plain.stdout.splitlines()[0] == \
+        f"{tmp_path / 'train.py'} train.py"
+    assert err.splitlines()[0] == plain.stderr.splitlines()[0]  # (the warning's location)

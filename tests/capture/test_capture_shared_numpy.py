@@ -6,6 +6,8 @@ reads it afresh where its bytes changed."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,48 @@ def test_arrays_a_script_drops_leave_nothing_watched_for_long(tmp_path, recorder
             sizes.append(len(rec._np_watch))
     assert max(sizes) <= 1, sizes  # (no sweep: 1, 2, 3)
 
+
+
+def test_torchs_warnings_through_a_wrapper_are_the_callers():
+    """``torch.from_numpy`` of a read-only array warns from C++ at the innermost Python frame:
+    under the capture that was the wrapper's (app/capture/shared_np.py), so the warning named
+    our file and a script's filter by module missed it (a script's stderr differed). The
+    wrapper's call now shows a C function's warnings at its caller's line, through the
+    caller's filters (numpy's division by zero stands in for torch's once-a-process one)."""
+    import warnings
+
+    from tapescope.app.capture.shared_np import _call
+
+    def wrapper(*args):  # (as the wrappers call it: one frame between the caller and _call)
+        return _call(np.divide, args, {})
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        wrapper(np.float32(1), np.float32(0)); line = sys._getframe().f_lineno  # noqa: E702
+    assert [(w.category, w.filename, w.lineno) for w in got] == [(RuntimeWarning, __file__,
+                                                                   line)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (the caller's filters: an error raises from the call)
+        with pytest.raises(RuntimeWarning):
+            wrapper(np.float32(1), np.float32(0))
+
+
+def test_from_numpy_of_a_read_only_array_warns_at_the_scripts_line(tmp_path):
+    """The same through the real wrapper, in a fresh process (torch gives that warning once a
+    process): the warning names the script's line, not app/capture/shared_np.py."""
+    import subprocess
+
+    code = ("import numpy as np, torch\n"
+            "from tapescope.app.capture import capture\n"
+            "ro = np.ones(3, np.float32); ro.setflags(write=False)\n"
+            f"with capture({str(tmp_path / 'r.capture')!r}, steps=1):\n"
+            "    t = torch.from_numpy(ro)\n"
+            "    lin = torch.nn.Linear(3, 1); lin(t[None]).sum().backward()\n"
+            "    torch.optim.SGD(lin.parameters(), lr=0.1).step()\n")
+    script = tmp_path / "ro.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "not writable" in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{script}:5: UserWarning"), r.stderr
