@@ -319,6 +319,7 @@ _graph_task_id = torch._C._current_graph_task_id
 _autograd_node = torch._C._current_autograd_node
 _get_ident = threading.get_ident
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # (modes and subclasses alike)
+_TENSOR_NUMPY = torch._C.TensorBase.numpy  # (the C method: the wrapper is torch.Tensor's own)
 _getframe = sys._getframe
 _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
 _CHAR = ctypes.c_char
@@ -391,8 +392,8 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
                 return out
     if a.size >= _NUMPY_COPY_MAX and _NO_DISPATCH is not None and type(t) in _PLAIN_TENSORS \
             and not t.is_contiguous():
-        with _NO_DISPATCH():
-            c = t.detach().contiguous().numpy()
+        with _NO_DISPATCH():  # (torch's own numpy(): not app/capture/shared_np.py's wrapper,
+            c = _TENSOR_NUMPY(t.detach().contiguous())  # which would watch our own copy)
         if c.flags.c_contiguous and c.shape == a.shape:
             return c
     return np.array(a, order="C")

@@ -165,3 +165,20 @@ def test_from_numpy_of_a_read_only_array_warns_at_the_scripts_line(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if "not writable" in ln]
     assert len(lines) == 1 and lines[0].startswith(f"{script}:5: UserWarning"), r.stderr
+
+
+def test_the_recorders_own_reads_are_not_watched(tmp_path, recorder_path, monkeypatch):
+    """The recorder's copy of a large non-contiguous value goes through ``numpy()`` (its
+    C-order copy, ``_c_order``): through the wrapper it watched its own copy, and every op
+    after took the slow path for the rest of the step."""
+    from tapescope.app.capture import recorder as R
+
+    monkeypatch.setattr(R, "_NUMPY_COPY_MAX", 1)  # (that path for every non-contiguous value)
+    lin = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    with capture(tmp_path / "o.capture", steps=1) as rec:
+        x = torch.randn(4, 8).t()  # (a transposed input: not contiguous)
+        lin(torch.tanh(x)).sum().backward()
+        watched = dict(rec._np_watch)
+        opt.step()
+    assert watched == {}
