@@ -57,7 +57,7 @@ from tapescope.core.capture.aten_ref_nn import product as ref_product
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
 from tapescope.core.capture.aten_ref_sample import affine_grid
 from tapescope.core.capture.aten_ref_table import as_dtype
-from tapescope.core.capture.file import STRIDED_KW
+from tapescope.core.capture.file import STRIDED_KW, c_strides
 from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
@@ -518,8 +518,7 @@ def _layout_rows(x: np.ndarray, kw: dict) -> list[int]:
     lay = kw.get(STRIDED_KW)
     if lay is not None and len(lay[0]) == x.ndim and x.ndim:
         strides = [int(v) for v in lay[0]]
-        out = [int(v) // x.itemsize for v in np.empty(x.shape, x.dtype).strides]
-        rows.append(_iterator_order(list(x.shape), [out, strides])[0][0])
+        rows.append(_iterator_order(list(x.shape), [list(c_strides(x.shape)), strides])[0][0])
     acc = 1
     for n in reversed(x.shape[1:]):
         acc *= n
@@ -3096,6 +3095,14 @@ def _conv_param_grads(chunks: int | None, weight: bool = False, rows: bool = Fal
     return run
 
 
+def _windows3d(x: np.ndarray, ext: list, st: list, pad: list, dil: list) -> np.ndarray:
+    """A 3-D convolution's windows of ``x`` (N, C, D, H, W), zero padded: (N, C, OD, OH, OW,
+    KD, KH, KW), the dilated extents ``ext`` taken at the strides and dilations (a view)."""
+    xp = np.pad(x, ((0, 0), (0, 0), *((p, p) for p in pad)))
+    return np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3, 4))[
+        :, :, ::st[0], ::st[1], ::st[2], ::dil[0], ::dil[1], ::dil[2]]
+
+
 def _conv3d_direct(args: list, kw: dict) -> np.ndarray:
     """oneDNN's direct 3-D convolution (``jit:avx512_core`` forward, ONEDNN_VERBOSE says; one
     group, not transposed, float32): per output element the input channels in blocks of 16,
@@ -3120,9 +3127,7 @@ def _conv3d_direct(args: list, kw: dict) -> np.ndarray:
                                                           strict=True)]
     if min(outs) < 1 or n * co * math.prod(outs) * ci * kd * kh * kw > terms:
         raise ValueError("an empty output, or too many terms to search")
-    xp = np.pad(x, ((0, 0), (0, 0), *((p, p) for p in pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3, 4))[
-        :, :, ::st[0], ::st[1], ::st[2], ::dil[0], ::dil[1], ::dil[2]]
+    win = _windows3d(x, ext, st, pad, dil)
     shape = (n, co, *outs)
     total = np.zeros(shape, np.float32)
     if b is not None:
@@ -3160,9 +3165,7 @@ def _conv3d_planes(args: list) -> tuple:
     if n * pixels > steps or n * pixels * w.size > terms:
         raise ValueError("too many terms to search")
     ext = [d * (k - 1) + 1 for d, k in zip(dil, w.shape[2:], strict=True)]
-    xp = np.pad(x, ((0, 0), (0, 0), *((p, p) for p in pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3, 4))[
-        :, :, ::st[0], ::st[1], ::st[2], ::dil[0], ::dil[1], ::dil[2]]
+    win = _windows3d(x, ext, st, pad, dil)
     if win.shape[2:5] != g.shape[2:]:
         raise ValueError("not the measured geometry")
     # (n, od, oh * ow, ci * kd * kh * kw): each plane's pixels as rows of its window's taps
@@ -3406,12 +3409,8 @@ def _onednn_1x1_wgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
 
     def piece(i: int, p0: int, p1: int) -> np.ndarray:
         if (i, p0, p1) not in pieces:
-            acc = np.zeros((oc, x.shape[1]), np.float32)
-            a_, b_ = dys[:, :, :, p0:p1], xs[:, :, :, p0:p1]
-            if not _pixel_chain(acc, a_, b_, [(i, 0)]):
-                for p in range(p1 - p0):
-                    acc = fma(a_[i, :, 0, p][:, None], b_[i, :, 0, p][None, :], acc)
-            pieces[(i, p0, p1)] = acc
+            pieces[(i, p0, p1)] = _chain_onto(np.zeros((oc, x.shape[1]), np.float32),
+                                              dys[i, :, 0, p0:p1], xs[i, :, 0, p0:p1].T)
         return pieces[(i, p0, p1)]
     seen = set()
     for t in dict.fromkeys(min(t, n * nb) for t in threads):

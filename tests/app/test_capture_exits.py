@@ -53,7 +53,10 @@ def test_ctrl_c_after_the_file_was_written_says_so(tmp_path):
     deadline = time.monotonic() + 120
     seen = ""
     while time.monotonic() < deadline and "step 4 " not in seen:  # (2 steps asked: written)
-        seen += p.stdout.readline()
+        line = p.stdout.readline()  # (the script prints a line every 0.2 s)
+        if not line:  # (it ended: nothing more to wait for)
+            break
+        seen += line
     os.killpg(p.pid, signal.SIGINT)  # (a terminal's Ctrl-C: the whole foreground group)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130
