@@ -481,8 +481,19 @@ class Tape:
         self._grads[li] = np.full(self._nodes[li].shape, seed, dtype=self.dtype)
         if seed != 1.0 and float(self._grads[li].reshape(-1)[0]) != seed:
             raise TapeError(f"backward seed {seed!r} is not exact in {self.dtype}")
-        with np.errstate(all="ignore"):  # once per sweep: inf/NaN are data here
-            yield from self._sweep_nodes(li, events)
+        if not events:  # (yields nothing: the errstate ends with the sweep)
+            with np.errstate(all="ignore"):  # once per sweep: inf/NaN are data here
+                yield from self._sweep_nodes(li, False)
+            return
+        # one errstate a node, left before each yield: a generator suspended inside a ``with``
+        # would keep numpy's errors ignored in its consumer (the window's stepper) between steps
+        it = self._sweep_nodes(li, True)
+        while True:
+            with np.errstate(all="ignore"):
+                ev = next(it, None)
+            if ev is None:
+                return
+            yield ev
 
     def _sweep_nodes(self, li: int, events: bool) -> Iterator[BackwardStep]:
         dt = self.dtype

@@ -135,12 +135,12 @@ def test_torchs_warnings_through_a_wrapper_are_the_callers():
     def wrapper(*args):  # (as the wrappers call it: one frame between the caller and _call)
         return _call(np.divide, args, {})
 
-    with warnings.catch_warnings(record=True) as got:
+    with warnings.catch_warnings(record=True) as got, np.errstate(divide="warn"):
         warnings.simplefilter("always")
         wrapper(np.float32(1), np.float32(0)); line = sys._getframe().f_lineno  # noqa: E702
     assert [(w.category, w.filename, w.lineno) for w in got] == [(RuntimeWarning, __file__,
                                                                    line)]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(divide="warn"):
         warnings.simplefilter("error")  # (the caller's filters: an error raises from the call)
         with pytest.raises(RuntimeWarning):
             wrapper(np.float32(1), np.float32(0))

@@ -61,6 +61,28 @@ def test_backward_steps_accumulate_like_backward_bit_for_bit():
     assert np.array_equal(to_h[1].after, to_h[1].before + to_h[1].value)
 
 
+def test_a_stepped_backward_leaves_numpys_errors_to_its_consumer_between_steps():
+    """The sweep ignores numpy's floating-point errors (inf and NaN are data), but only while
+    it works: the window's stepper holds the generator between steps, and a suspended sweep
+    once kept every numpy error in the process ignored until it ended."""
+    tape = Tape()
+    x = tape.param(np.array([1.0, 0.0, -2.0]))
+    loss = ops.sum(ops.log(x * x))  # (a log of 0: -inf, its gradient a division by zero)
+    with np.errstate(all="warn"):
+        it = tape.backward_steps(loss)
+        seen = 0
+        for _ in it:
+            seen += 1
+            assert np.geterr()["divide"] == "warn" and np.geterr()["invalid"] == "warn"
+        assert seen >= 2 and np.geterr()["divide"] == "warn"
+        assert not np.isfinite(tape.grad(x)[1])  # (the sweep's own arithmetic still quiet)
+        it2 = tape.backward_steps(loss)
+        next(it2)  # (left suspended, then dropped)
+        assert np.geterr()["over"] == "warn"
+        it2.close()
+        assert np.geterr()["over"] == "warn"
+
+
 def test_mark_and_reset_keep_params_and_capacity():
     tape = Tape()
     w = tape.param(np.ones(3), name="w")
