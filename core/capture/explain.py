@@ -3007,16 +3007,19 @@ def _conv_transposed(args: list, kw: dict, block: int = 0) -> np.ndarray:
 
 
 def _tconv_args(args: list, backward: bool) -> tuple:
-    """(x, w, stride, pad, dil) of a 2-D float32 transposed convolution of one group, dilation
-    1 and no output padding (the forward's arguments, or convolution_backward's), checked."""
+    """(x, w, stride, pad, dil, out_pad) of a 2-D float32 transposed convolution of one
+    group and dilation 1 (the forward's arguments, or convolution_backward's), checked. An
+    output padding (below the stride) adds rows and columns at the output's end that the
+    convolution it transposes reads no further than its last window: the same orders."""
     x, w = np.asarray(args[1 if backward else 0]), np.asarray(args[2 if backward else 1])
     st, pad, dil, transposed, out_pad, groups = args[4:10] if backward else args[3:9]
     if (transposed is not True or x.ndim != 4 or w.ndim != 4 or x.dtype != np.float32
             or w.dtype != x.dtype or int(groups) != 1 or len(st) != 2 or len(pad) != 2
-            or [int(v) for v in dil] != [1, 1] or any(int(v) for v in out_pad)
+            or [int(v) for v in dil] != [1, 1] or len(out_pad) != 2
+            or not all(0 <= int(o) < max(int(t), 1) for o, t in zip(out_pad, st, strict=True))
             or x.shape[1] != w.shape[0]):
         raise ValueError("written for a 2-D float32 transposed convolution of one group")
-    return x, w, [int(v) for v in st], [int(v) for v in pad], dil
+    return x, w, [int(v) for v in st], [int(v) for v in pad], dil, [int(v) for v in out_pad]
 
 
 def _tconv_forward(order: str) -> Callable:
@@ -3025,8 +3028,9 @@ def _tconv_forward(order: str) -> Callable:
     output gradient the transposed one's input), in ``_INPUT_GRAD_ORDERS``' ``order``, the
     bias added after (measured: DCGAN's stride-2 kernel-4 layers, the "columns" order)."""
     def run(args: list, kw: dict) -> np.ndarray:
-        x, w, st, pad, dil = _tconv_args(args, False)
-        oh, ow = ((x.shape[2 + i] - 1) * st[i] - 2 * pad[i] + w.shape[2 + i] for i in (0, 1))
+        x, w, st, pad, dil, op = _tconv_args(args, False)
+        oh, ow = ((x.shape[2 + i] - 1) * st[i] - 2 * pad[i] + w.shape[2 + i] + op[i]
+                  for i in (0, 1))
         if min(oh, ow) < 1:
             raise ValueError("no output")
         y = _conv_input_grad(order)([x, np.zeros((x.shape[0], w.shape[1], oh, ow), np.float32),
@@ -3042,7 +3046,7 @@ def _tconv_backward(inner: Callable, weight: bool) -> Callable:
     (that convolution's weight gradient, its output gradient the transposed one's input and
     its input dy, ``inner`` a ``convolution_backward`` variant), in the mask's positions."""
     def run(args: list, kw: dict) -> tuple:
-        x, w, st, pad, dil = _tconv_args(args, True)
+        x, w, st, pad, dil, _ = _tconv_args(args, True)
         g, mask = np.asarray(args[0]), list(args[10])
         if len(mask) != 3 or not mask[1 if weight else 0] or g.ndim != 4 \
                 or g.dtype != np.float32:

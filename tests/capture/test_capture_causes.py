@@ -1456,20 +1456,23 @@ for c, (n, ci, co, k, st, bias) in enumerate([(8, 16, 32, 4, 1, False), (4, 20, 
                 f"d{c}.geom": np.array([st, int(bias)])})
     if bias:
         out[f"d{c}.b"] = b.numpy()
-# transposed convolutions whose windows overlap (a DCGAN's stride-2 layers)
-for c, (n, ci, co, h, k, st, pd, bias) in enumerate([
-        (8, 32, 3, 4, 4, 2, 1, False), (4, 16, 8, 5, 4, 2, 1, True), (2, 8, 4, 6, 3, 2, 1, True),
-        (2, 40, 6, 4, 4, 2, 1, False), (2, 16, 16, 7, 5, 2, 2, True)]):
+# transposed convolutions whose windows overlap (a DCGAN's stride-2 layers; the last two
+# with an output padding: a CycleGAN generator's k3 s2 p1 upsampling)
+for c, (n, ci, co, h, k, st, pd, bias, op) in enumerate([
+        (8, 32, 3, 4, 4, 2, 1, False, 0), (4, 16, 8, 5, 4, 2, 1, True, 0),
+        (2, 8, 4, 6, 3, 2, 1, True, 0), (2, 40, 6, 4, 4, 2, 1, False, 0),
+        (2, 16, 16, 7, 5, 2, 2, True, 0), (2, 16, 8, 8, 3, 2, 1, True, 1),
+        (4, 8, 8, 5, 4, 2, 1, False, 1)]):
     g = torch.Generator().manual_seed(70 + c)
     x, w = torch.randn(n, ci, h, h, generator=g), torch.randn(ci, co, k, k, generator=g)
     b = torch.randn(co, generator=g) if bias else None
-    y = torch.ops.aten.convolution(x, w, b, [st, st], [pd, pd], [1, 1], True, [0, 0], 1)
+    y = torch.ops.aten.convolution(x, w, b, [st, st], [pd, pd], [1, 1], True, [op, op], 1)
     dy = torch.randn(y.shape, generator=g)
     r = torch.ops.aten.convolution_backward(dy, x, w, [co], [st, st], [pd, pd], [1, 1], True,
-                                            [0, 0], 1, [True, True, False])
+                                            [op, op], 1, [True, True, False])
     out.update({f"o{c}.x": x.numpy(), f"o{c}.w": w.numpy(), f"o{c}.y": y.numpy(),
                 f"o{c}.dy": dy.numpy(), f"o{c}.gx": r[0].numpy(), f"o{c}.gw": r[1].numpy(),
-                f"o{c}.geom": np.array([st, pd, int(bias)])})
+                f"o{c}.geom": np.array([st, pd, int(bias), op])})
     if bias:
         out[f"o{c}.b"] = b.numpy()
 np.savez(sys.argv[1], **out)
@@ -1635,19 +1638,21 @@ def test_a_transposed_convolution_from_one_pixel_and_its_gradients(onednn_grads,
 
 
 @need_avx512
-@pytest.mark.parametrize("c", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("c", [0, 1, 2, 3, 4, 5, 6])
 def test_a_transposed_convolution_whose_windows_overlap_and_its_gradients(onednn_grads, c):
-    """A DCGAN's stride-2 layer (kernels 3-5, padding 1-2): oneDNN runs the transposed
-    convolution as the input gradient of the convolution it transposes (its written-out
-    orders: per kernel column one fma chain for kernel 4, the tap chains for kernel 3), the
-    bias after; its input gradient is that convolution run forward on dy, its weight gradient
-    that convolution's weight gradient with dy as the input. Each named for torch's own
-    result, one ulp off unknown. Planted: the transposed convolution's input and output
-    swapped in the mapping, or the bias before the sum, fails it."""
+    """A DCGAN's stride-2 layer (kernels 3-5, padding 1-2; cases 5 and 6 with an output
+    padding, a CycleGAN's upsampling): oneDNN runs the transposed convolution as the input
+    gradient of the convolution it transposes (its written-out orders: per kernel column one
+    fma chain for kernel 4, the tap chains for kernel 3), the bias after; its input gradient
+    is that convolution run forward on dy, its weight gradient that convolution's weight
+    gradient with dy as the input. Each named for torch's own result, one ulp off unknown.
+    Planted: the transposed convolution's input and output swapped in the mapping, the bias
+    before the sum, or the output padding left out of the output's size, fails it."""
     z = onednn_grads
-    st, pd, bias = (int(v) for v in z[f"o{c}.geom"])
+    st, pd, bias, op = (int(v) for v in z[f"o{c}.geom"])
     _transposed_named(z, f"o{c}", z[f"o{c}.b"] if bias else None,
-                      [[st, st], [pd, pd], [1, 1], True, [0, 0], 1], "convolution it transposes",
+                      [[st, st], [pd, pd], [1, 1], True, [op, op], 1],
+                      "convolution it transposes",
                       ("reassociation", "transposed convolution's input gradient"),
                       ("fma", "transposed convolution's weight gradient"))
 
