@@ -1188,8 +1188,15 @@ def aten_sum(x: Any, axis: Any = None, keepdims: bool = False, threads: int = 1)
         for b, e in parts:
             r[b:e] = _outer_sum(np.ascontiguousarray(f[:, b:e]))
         r = r.reshape(rest)
+    elif axes == tuple(range(axes[0], axes[0] + k)) and (x.size < GRAIN_SIZE or threads == 1):
+        # a run of middle axes: the iterator's two fastest dimensions are the trailing kept
+        # run and the reduced one, each leading index a leading-axis sum of its own
+        lead, rest = x.shape[:axes[0]], x.shape[axes[0] + k:]
+        f = np.ascontiguousarray(x).reshape(int(np.prod(lead)), -1, int(np.prod(rest)))
+        r = np.stack([_outer_sum(f[i]) for i in range(f.shape[0])]).reshape(lead + rest)
     else:
-        raise ValueError("ATen's sum is written here for leading or trailing axes")
+        raise ValueError("ATen's sum is written here for leading, trailing or one run of "
+                         "middle axes")
     if keepdims:
         r = r.reshape(tuple(1 if a in axes else x.shape[a] for a in range(nd)))
     return np.asarray(r, dtype=x.dtype)

@@ -582,6 +582,109 @@ def _multi_margin_loss(args: list, kwargs: dict) -> list:
         return [np.asarray(tot / T(x2.shape[0]) if red == 1 else tot, x.dtype)]
 
 
+def _multilabel_args(args: list, at: int) -> tuple:
+    """(x as (N, C), its shape, targets as (N, C) int64, is_target (N, C) in x's type,
+    reduction) of multilabel_margin_loss: each row's targets up to its first -1."""
+    x, t = np.asarray(args[at]), np.asarray(args[at + 1])
+    red = int(args[at + 2]) if len(args) > at + 2 else 1
+    if not is_float(x.dtype) or x.ndim not in (0, 1, 2) or t.dtype.kind not in "iu" \
+            or t.shape != x.shape:
+        raise NoReference("multilabel_margin_loss of other than a 0-2 d float input and "
+                          "integer targets of its shape")
+    x2 = x.reshape(1, -1) if x.ndim < 2 else x
+    t2 = t.reshape(x2.shape).astype(np.int64)
+    n, c = x2.shape
+    valid = np.cumprod(t2 >= 0, axis=1).astype(bool)  # (up to each row's first -1)
+    if (t2[valid] >= c).any():
+        raise NoReference("multilabel_margin_loss: a target outside the classes")
+    ist = np.zeros(x2.shape, x.dtype)
+    rows = np.nonzero(valid)[0]
+    ist[rows, t2[valid]] = 1
+    return x2, x.shape, t2, valid, ist, red
+
+
+def _multilabel_terms(x2: np.ndarray, t2: np.ndarray, valid: np.ndarray, ist: np.ndarray):
+    """Per target slot j (in order) the rows' ``z = (1 - x[t_j]) + x[d]`` over the classes,
+    and where each counts: the slot valid, ``d`` not a target, ``z > 0``."""
+    T = x2.dtype.type
+    rows = np.arange(x2.shape[0])
+    for j in range(x2.shape[1]):
+        if not valid[:, j].any():
+            break
+        tj = np.where(valid[:, j], t2[:, j], 0)
+        z = (T(1) - x2[rows, tj])[:, None] + x2
+        yield j, tj, z, valid[:, j][:, None] & (ist == 0) & (z > 0)
+
+
+@form("aten.multilabel_margin_loss_forward.default")
+def _multilabel_margin_loss(args: list, kwargs: dict) -> list:
+    """(loss, is_target): per row, for each target in order (up to the first -1) and each
+    class d not a target in order, ``z = (1 - x[t]) + x[d]`` added where positive, from +0.0;
+    none: each row's ``/ T(C)``; sum: the rows' added in order, ``/ T(C)``; mean: that ``/
+    T(N)`` (ATen's order, in the input's type). ``is_target`` 1 at each row's targets."""
+    x2, shape, t2, valid, ist, red = _multilabel_args(args, 0)
+    T = x2.dtype.type
+    n, c = x2.shape
+    with fp_quiet():
+        acc = np.zeros(n, x2.dtype)
+        for _, _, z, use in _multilabel_terms(x2, t2, valid, ist):
+            for d in range(c):  # (class order inside each target's run)
+                acc = np.where(use[:, d], acc + z[:, d], acc)
+        if red == 0 and len(shape) == 2:
+            loss = acc / T(c)
+        else:
+            tot = (serial_sum(acc, 0) if red != 0 else acc.reshape(())) / T(c)
+            loss = np.asarray(tot / T(n) if red == 1 else tot, x2.dtype)
+    return [loss.astype(x2.dtype), ist.reshape(shape)]
+
+
+@form("aten.multilabel_margin_loss_backward.default")
+def _multilabel_margin_loss_backward(args: list, kwargs: dict) -> list:
+    """ATen's loop: ``g = T(1 / (N C))`` (mean) or ``T(1 / C)``; for each target in order
+    and each class d not a target where ``z > 0``: the target's gradient ``- g``, d's ``+
+    g``, from +0.0 in that order; then times the incoming gradient (each row's, for none)."""
+    go = np.asarray(args[0])
+    x2, shape, t2, valid, ist, red = _multilabel_args(args, 1)
+    given = np.asarray(args[4]) if len(args) > 4 else None
+    if given is not None and given.reshape(x2.shape).tolist() != ist.tolist():
+        raise NoReference("multilabel_margin_loss_backward: is_target not the targets'")
+    T = x2.dtype.type
+    n, c = x2.shape
+    g = T(1.0 / (n * c)) if red == 1 else T(1.0 / c)
+    rows = np.arange(n)
+    with fp_quiet():
+        gx = np.zeros(x2.shape, x2.dtype)
+        for _, tj, _, use in _multilabel_terms(x2, t2, valid, ist):
+            for d in range(c):
+                u = use[:, d]
+                gx[rows, tj] = np.where(u, gx[rows, tj] - g, gx[rows, tj])
+                gx[:, d] = np.where(u, gx[:, d] + g, gx[:, d])
+        gx = gx * (go.reshape(-1, 1).astype(x2.dtype) if red == 0 and len(shape) == 2
+                   else go.astype(x2.dtype).reshape(()))
+    return [gx.reshape(shape).astype(x2.dtype)]
+
+
+@form("aten.soft_margin_loss.default")
+def _soft_margin_loss(args: list, kwargs: dict) -> list:
+    """``log1p(exp((-x) * t))`` (refmath), reduced (the tape's mean; sum in order)."""
+    red = int(opt(kwargs, args, 2, "reduction", 1))
+    return _loss(lambda v, tt: M.log1p(M.exp((-v) * tt)), [args[0], args[1]], red)
+
+
+@form("aten.soft_margin_loss_backward.default")
+def _soft_margin_loss_backward(args: list, kwargs: dict) -> list:
+    """ATen's formula: ``z = exp((-t) * x)``; ``gx = (((t * z) * T(-norm)) / (z + 1)) * g``,
+    ``norm = 1 / numel`` for mean (rounded once from double), else 1."""
+    g, x, t = args[:3]
+    red = int(opt(kwargs, args, 3, "reduction", 1))
+    norm = 1.0 / np.size(x) if red == 1 else 1.0
+
+    def fn(gg, v, tt):
+        z = M.exp((-tt) * v)
+        return (((tt * z) * _k(v, -norm)) / (z + _k(v, 1))) * gg
+    return [ew(fn, g, x, t, out=result_type(x, t))]
+
+
 @form("aten.multi_margin_loss_backward.default")
 def _multi_margin_loss_backward(args: list, kwargs: dict) -> list:
     """ATen's loop: ``g = T(1 / (N * C))`` (mean) or ``T(1 / C)``; per class ``d != t`` where

@@ -407,6 +407,43 @@ for _n, _fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
     form(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_bitwise(_n, _fn))
 
 
+def _shift(name: str, left: bool):
+    def run(args: list, kwargs: dict) -> list:
+        """Exact, as ATen's shift kernels: ``a << b`` in the unsigned type of ``a``'s width
+        (bits shifted out are gone), 0 where ``b`` is negative or the width or more;
+        ``a >> b`` arithmetic, a count below 0 or past the width less the sign bit taken as
+        that (a signed value's sign fills it, an unsigned one's zeros)."""
+        a0, b0 = args[0], args[1]
+        out = result_type(a0, b0)
+        if out.kind not in "iu" or out.itemsize > (8 if out.kind == "i" else 1) or any(
+                isinstance(v, np.ndarray) and v.dtype == np.bool_ for v in (a0, b0)):
+            raise NoReference(f"{name} of {out} (ATen shifts signed integers and uint8)")
+        bits = 8 * out.itemsize
+        top = bits - (out.kind == "i") if not left else bits
+
+        def cast(v: Any) -> np.ndarray:  # (a Python int: cast to the type, wrapping)
+            if isinstance(v, np.ndarray):
+                return arr(v, out)
+            v = int(v) & ((1 << bits) - 1)
+            return np.asarray(v - (1 << bits) if out.kind == "i" and v >> (bits - 1) else v,
+                              dtype=out)
+        a, b = np.broadcast_arrays(cast(a0), cast(b0))
+        bad = (b < 0) | (b >= top)
+        if left:
+            u = np.dtype(f"u{out.itemsize}")
+            r = np.left_shift(a.astype(u), np.where(bad, 0, b).astype(u)).astype(out)
+            return [np.where(bad, np.zeros((), out), r)]
+        return [np.right_shift(a, np.where(bad, top, b).astype(out))]
+    return run
+
+
+for _n, _left in (("__lshift__", True), ("__rshift__", False), ("bitwise_left_shift", True),
+                  ("bitwise_right_shift", False)):
+    _ovl = (("Tensor", "Scalar") if _n.startswith("__")
+            else ("Tensor", "Tensor_Scalar", "Scalar_Tensor"))
+    form(*(f"aten.{_n}.{o}" for o in _ovl))(_shift(_n, _left))
+
+
 # ---- selections and clamps (exact) ------------------------------------------------------------
 @form("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def _where(args: list, kwargs: dict) -> list:

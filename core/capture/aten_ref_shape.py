@@ -830,8 +830,109 @@ def _median(args: list, kwargs: dict) -> list:
     if x.size == 0:
         raise NoReference("the median of no elements")
     v = x[_sort_order(x, 0, False)]
-    return [np.asarray(v[-1] if x.dtype.kind in "fV" and np.isnan(v[-1].astype(F64))
-                       else v[(x.size - 1) // 2])]
+    return [_equal_pick(x, np.asarray(v[-1] if x.dtype.kind in "fV"
+                                      and np.isnan(v[-1].astype(F64)) else v[(x.size - 1) // 2]))]
+
+
+def _equal_pick(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A selected value ``v`` of ``x``, or the recorded one where the kernel picked another
+    element equal to it (-0.0 for +0.0: which of equal elements a selection returns is its
+    own): an element of ``x`` bit for bit."""
+    rv = recorded_output(0, v)
+    if rv is None or not v.size or x.dtype.kind not in "fV":
+        return v
+    with fp_quiet():
+        if not bool(rv == v) or not bool((_bits(x) == _bits(rv)).any()):
+            return v
+    return rv.copy()
+
+
+def _pick(x: np.ndarray, d: int, rank: np.ndarray, keep: bool) -> list:
+    """(values, indices) of the element of ``rank`` (per row along ``d``, the rows' shape
+    with ``d`` kept as 1) in the stable ascending order (NaN last). Which of equal elements
+    a kernel returns is its own (ATen's quickselect): a recorded index whose element is, bit
+    for bit, the recorded value, and that value equal to the rank's (NaN equal NaN), is
+    exact; else the stable order's."""
+    order = _sort_order(x, d, False)
+    idx = np.take_along_axis(order, rank, axis=d)
+    vals = np.take_along_axis(x, idx, axis=d)
+    shape = vals.shape if keep else tuple(n for a, n in enumerate(vals.shape) if a != d)
+    vals, idx = vals.reshape(shape), idx.reshape(shape).astype(I64)
+    rv, ri = recorded_output(0, vals), recorded_output(1, idx)
+    if rv is not None and ri is not None and (not ri.size or (ri.min() >= 0
+                                                              and ri.max() < x.shape[d])):
+        at = np.take_along_axis(x, ri.reshape(rank.shape), axis=d).reshape(shape)
+        with fp_quiet():
+            same = rv == vals
+            if x.dtype.kind in "fV":
+                same |= np.isnan(rv.astype(F64)) & np.isnan(vals.astype(F64))
+        if np.array_equal(_bits(at), _bits(rv)) and bool(same.all()):
+            return [rv.copy(), ri.copy()]
+    return [vals, idx]
+
+
+def _nan_count(x: np.ndarray, d: int) -> np.ndarray:
+    return (np.isnan(x.astype(F64)) if x.dtype.kind in "fV" else np.zeros(x.shape, bool)).sum(
+        axis=d, keepdims=True)
+
+
+@form("aten.kthvalue.default")
+def _kthvalue(args: list, kwargs: dict) -> list:
+    """The k-th smallest along ``dim`` (1-based; NaN the largest) and its index."""
+    x = np.asarray(args[0])
+    k = int(args[1])
+    d = int(opt(kwargs, args, 2, "dim", -1))
+    keep = bool(opt(kwargs, args, 3, "keepdim", False))
+    xs = x.reshape(1) if x.ndim == 0 else x
+    d = _dim(d, xs.ndim)
+    if not 1 <= k <= xs.shape[d]:
+        raise NoReference("kthvalue: k outside the dimension (torch raises)")
+    rank = np.full([1 if a == d else n for a, n in enumerate(xs.shape)], k - 1, I64)
+    out = _pick(xs, d, rank, keep or x.ndim == 0)
+    return [v.reshape(()) for v in out] if x.ndim == 0 else out
+
+
+def _median_dim(args: list, kwargs: dict, nan_skip: bool) -> list:
+    x = np.asarray(args[0])
+    d = int(opt(kwargs, args, 1, "dim", -1))
+    keep = bool(opt(kwargs, args, 2, "keepdim", False))
+    xs = x.reshape(1) if x.ndim == 0 else x
+    d = _dim(d, xs.ndim)
+    n = xs.shape[d]
+    if n == 0:
+        raise NoReference("the median of no elements (torch raises)")
+    nans = _nan_count(xs, d)
+    if nan_skip:  # the lower median of the row's numbers; a row of NaNs: a NaN
+        m = n - nans
+        rank = np.where(m > 0, (m - 1) // 2, 0)
+    else:  # the lower median, or the row's first NaN where it has one
+        rank = np.where(nans > 0, n - nans, np.full(nans.shape, (n - 1) // 2))
+    out = _pick(xs, d, rank.astype(I64), keep or x.ndim == 0)
+    return [v.reshape(()) for v in out] if x.ndim == 0 else out
+
+
+@form("aten.median.dim")
+def _median_dim_form(args: list, kwargs: dict) -> list:
+    """(values, indices) of the lower median along ``dim``; a row with a NaN: its NaN."""
+    return _median_dim(args, kwargs, False)
+
+
+@form("aten.nanmedian.dim")
+def _nanmedian_dim_form(args: list, kwargs: dict) -> list:
+    """(values, indices) of the lower median of each row's non-NaN elements along ``dim``; a
+    row of NaNs only: a NaN."""
+    return _median_dim(args, kwargs, True)
+
+
+@form("aten.nanmedian.default")
+def _nanmedian(args: list, kwargs: dict) -> list:
+    """The lower median of every non-NaN element; NaN where all are."""
+    x = np.asarray(args[0]).reshape(-1)
+    if x.size == 0:
+        raise NoReference("the median of no elements")
+    v = x[_sort_order(x, 0, False)]
+    m = x.size - int(_nan_count(x, 0)[0])
+    return [_equal_pick(x, np.asarray(v[(m - 1) // 2] if m else v[0]))]
 
 
 def _search(seq: np.ndarray, x: np.ndarray, right: bool, int32: bool) -> np.ndarray:

@@ -3637,6 +3637,38 @@ def test_logsumexp_is_named_atens_composite_of_kernels():
     assert named >= 3, named
 
 
+def test_logsumexp_over_a_middle_dimension_is_named():
+    """``logits.logsumexp(1)`` of a segmentation map (N, C, H, W): the sum inside reduces a
+    middle dimension, which ATen's sum kernel runs as one leading-axis sum per leading index
+    (its two fastest dimensions the trailing run and the reduced one); named for torch's own
+    results (one and two middle dimensions), one ulp off unknown (an OHEM script's 2
+    unknown). Planted: the middle run refused, or summed in order, fails it."""
+    g = torch.Generator().manual_seed(16)
+    named = 0
+    for shape, dim in (((2, 4, 12, 12), [1]), ((2, 300, 7), [1]), ((2, 4, 12, 12), [1, 2]),
+                       ((3, 40, 5), [-2])):
+        x = torch.randn(*shape, generator=g) * 3
+        named += _named_where_it_departs("aten.logsumexp.default", [x.numpy(), dim, False],
+                                         torch.logsumexp(x, dim).numpy(), "libm", "logsumexp")
+    assert named >= 2, named
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_atens_sum_over_a_run_of_middle_axes_is_torchs(dtype):
+    """``aten_sum`` over a run of middle axes (the explainers' model of ATen's sum kernel)
+    gives torch's own bits at one thread, short and long runs, past the grain size too."""
+    from tapescope.core.explain_aten import aten_sum
+
+    g = torch.Generator().manual_seed(17)
+    with _threads(1):
+        for shape, axes in (((2, 4, 12, 12), (1,)), ((3, 1000, 5), (1,)), ((5, 17, 33, 3),
+                            (1, 2)), ((2, 64, 300, 2), (1,)), ((4, 3, 100, 9, 2), (2, 3))):
+            x = torch.randn(*shape, generator=g, dtype=dtype) * 10
+            assert np.array_equal(aten_sum(x.numpy(), axes), x.sum(axes).numpy()), shape
+    with pytest.raises(ValueError):  # (two runs apart: not written out)
+        aten_sum(np.ones((2, 3, 4, 5), np.float32), (1, 3))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pow_of_a_fractional_exponent_is_named_sleefs(threads):
     """``pow`` of a float32 tensor to an exponent ATen does not specialise (a focal loss's
