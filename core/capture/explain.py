@@ -56,7 +56,7 @@ from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward
 from tapescope.core.capture.aten_ref_nn import product as ref_product
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
 from tapescope.core.capture.aten_ref_sample import affine_grid
-from tapescope.core.capture.aten_ref_table import as_dtype
+from tapescope.core.capture.aten_ref_table import NoReference, as_dtype
 from tapescope.core.capture.file import STRIDED_KW, c_strides
 from tapescope.core.explain import (
     _HINTS,
@@ -4843,6 +4843,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "pow" and op.endswith(".Scalar"):
         return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
                          "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]
+    if base == "_pdist_forward":
+        return [("reassociation", "PyTorch's CPU pdist (ATen's run_parallel_pdist, its AVX2 "
+                                  "build): each pair's terms by vec::map2_reduce_all in 8 "
+                                  "float / 4 double lanes, the partial last vector added to "
+                                  "its first lanes, the lanes folded (a halving tree for "
+                                  "float, in sequence for double), then sqrt for p 2",
+                 _aten_pdist)]
     if base == "multilabel_margin_loss_forward":
         return [("accumulator", "PyTorch's CPU multilabel_margin_loss: each row's terms added "
                                 "in float64 (at::acc_type), the row's sum rounded to the "
@@ -4888,6 +4895,25 @@ def _aten_logsumexp(args: list, kw: dict) -> np.ndarray:
         s = aten_sum(_vml("Exp", x - m), axes, keepdims=True)
         y = (_vml("Ln", s) + m).astype(x.dtype)
     return y if keep else y.reshape([n for a, n in enumerate(x.shape) if a not in axes])
+
+
+def _aten_pdist(args: list, kw: dict) -> np.ndarray:
+    """ATen's ``pdist`` forward, p 1 and 2 (float32 / float64): per pair ``i < j`` the terms
+    ``|x[i] - x[j]|`` (squared for p 2) summed by ``_lane_sum`` (rows shorter than a vector
+    lane after lane), ``sqrt`` for p 2. Every bit on 3-9 rows of 3-100 features."""
+    from tapescope.core.capture.aten_ref_nn import _pdist_args
+
+    try:
+        x, p, i, j = _pdist_args(args[0], _arg(args, kw, 1, "p", 2.0))
+    except NoReference as e:
+        raise ValueError(str(e)) from e
+    if p not in (1.0, 2.0):
+        raise ValueError("written for p 1 and 2 (inf's max is the reference's)")
+    tree = x.dtype == np.float32
+    with np.errstate(all="ignore"):
+        d = np.abs(x[i] - x[j])
+        s = _lane_sum(d, d if p == 2 else None, 8 if tree else 4, tree, False)
+        return (np.sqrt(s) if p == 2 else s).astype(x.dtype)
 
 
 def _aten_multilabel_margin(args: list, kw: dict) -> tuple:

@@ -311,3 +311,32 @@ def test_a_script_with_these_ops_is_judged_with_no_op_unreferenced(tmp_path):
             "aten.nanmedian.default", "aten.median.dim", "aten.soft_margin_loss.default",
             "aten.multilabel_margin_loss_forward.default",
             "aten.multilabel_margin_loss_backward.default"} <= ops, ops
+
+
+def test_pdist_is_named_atens_lane_sums():
+    """``torch.pdist`` (a metric-learning loss's ``hinge_embedding_loss(pdist(e))``): ATen's
+    ``run_parallel_pdist`` sums each pair's terms by ``map2_reduce_all`` in its AVX2 build's
+    lanes (8 floats, 4 doubles; the float lanes folded as a halving tree), then ``sqrt``:
+    named for torch's own results (p 1 and 2, rows shorter and longer than a vector), one ulp
+    off unknown. Planted: 16 float lanes, or the double lanes folded as a tree: fails."""
+    g = torch.Generator().manual_seed(5)
+    named = 0
+    for n, m in ((5, 8), (7, 20), (9, 37), (4, 16), (3, 100)):
+        for dt in (torch.float32, torch.float64):
+            x = torch.randn(n, m, generator=g, dtype=dt)
+            for p in (1.0, 2.0):
+                rec = torch.ops.aten._pdist_forward(x, p).numpy()
+                args = [x.numpy(), p]
+                ref = reference("aten._pdist_forward.default", args, {})[0]
+                if np.array_equal(ref, rec):
+                    continue
+                d = compare_arrays(ref, rec)
+                d = d if isinstance(d, dict) else vars(d)
+                e = explain_op("aten._pdist_forward.default", args, {}, rec, d, 0)
+                assert e["cause"] == "reassociation" and "pdist" in e["variant"], e
+                off = rec.copy()
+                off[0] = np.nextafter(off[0], np.inf)
+                assert explain_op("aten._pdist_forward.default", args, {}, off, d, 0)[
+                    "cause"] == "unknown"
+                named += 1
+    assert named >= 8, named
