@@ -822,6 +822,41 @@ def _unique2(args: list, kwargs: dict) -> list:
     return out
 
 
+@form("aten.resize_.default")
+def _resize_(args: list, kwargs: dict) -> list:
+    """``x.resize_(size)`` of a contiguous tensor: row-major from the storage's offset, so the
+    first ``min(old, new)`` elements keep ``x``'s values; the rest is memory no op wrote as
+    far as the recorded ops go (the heap's, or the storage's older bytes): the recorded
+    output's there, not judged as arithmetic. A tensor of other strides (its storage order
+    unknown from its values) or a memory format asked: no reference."""
+    x = np.asarray(args[0])
+    size = [int(v) for v in args[1]]
+    if opt(kwargs, args, 2, "memory_format", None) is not None:
+        raise NoReference("resize_ to a memory format (its strides, not its values)")
+    layout = kwargs.get(LAYOUT_KW)
+    if layout is None:
+        raise NoReference("its input's memory layout is not in the capture (one made before "
+                          "tapescope recorded resize_'s: capture it again)")
+    if len(layout[0]) != x.ndim or any(st != c for d, st, c in zip(
+            x.shape, layout[0], c_strides(x.shape), strict=True) if d > 1):
+        raise NoReference("resize_ of a tensor not contiguous: its storage's order is not "
+                          "its values'")
+    if any(v < 0 for v in size):
+        raise NoReference("resize_ to a negative size (torch raises)")
+    n = math.prod(size)
+    check_elems(n, "resize_")
+    out = np.zeros(size, x.dtype)
+    k = min(n, x.size)
+    if n > x.size:
+        rec = recorded_output(0, out)
+        if rec is None:
+            raise NoReference("resize_ past the tensor's elements: its new memory is the "
+                              "heap's (only the recorded output has those bytes)")
+        out = rec.copy()
+    out.reshape(-1)[:k] = x.reshape(-1)[:k]
+    return [out]
+
+
 @form("aten.median.default")
 def _median(args: list, kwargs: dict) -> list:
     """The lower median of every element (the ((n - 1) // 2)-th in ascending order); NaN

@@ -46,7 +46,7 @@ once, a known kind, no stored array). A file without the column has none.
 
 LAYOUTS (optional ``ops.layouts``: ``[[op, strides, storage offset], ...]``): the memory layout
 of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output shows the
-input's storage), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
+input's storage; ``resize_``: it keeps the storage's order), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
 ``LAYOUT_OPS`` once, its first argument a value of as many dimensions as strides, every number
 from 0). A file without the column has none (its ``as_strided`` ops have no reference).
 
@@ -111,7 +111,7 @@ OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "be
 OPAQUE_KINDS = frozenset({"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
                           "quantized", "nested", "meta", "subclass", "unreadable"})
 # (``ops.layouts``; ``Capture.layouts``)
-LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
+LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy", "resize_"})
 # the key under which the judge hands such an op's form its first argument's layout (among its
 # keyword arguments: not an identifier, so never one of the op's own)
 LAYOUT_KW = "@layout"

@@ -340,3 +340,39 @@ def test_pdist_is_named_atens_lane_sums():
                     "cause"] == "unknown"
                 named += 1
     assert named >= 8, named
+
+
+def test_resize_of_a_contiguous_tensor_keeps_its_values_and_is_judged(tmp_path, recorder_path):
+    """``w.resize_(...)`` in a step (a buffer grown in place): the recorder keeps its first
+    argument's layout (``LAYOUT_OPS``), the reference keeps the tensor's first elements in
+    row-major order and the recorded bytes past them (the heap's): exact on both recorder
+    paths; a transposed tensor's resize_ (storage order not its values') and a capture with
+    no layout have no reference. Planted: resize_ out of ``LAYOUT_OPS``: fails."""
+    from tapescope.app.capture import capture
+    from tapescope.core.capture.file import LAYOUT_KW, load
+    from tapescope.core.capture.judge import judge
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    f = tmp_path / "r.capture"
+    with capture(f, steps=1):
+        x = torch.randn(4, 3)
+        w = x.clone()
+        w.resize_(6, 5)  # (grown: 12 kept, 18 of the heap's)
+        w.resize_(2, 3)  # (shrunk)
+        t = torch.randn(3, 4).t()
+        t.resize_(12)  # (a transposed tensor's storage order)
+        lin(x + w.sum() * 0).sum().backward()
+        opt.step()
+    rep = judge(load(f))
+    rs = [o for o in rep["ops"] if o["op"] == "aten.resize_.default"]
+    assert len(rs) == 3, [o["op"] for o in rep["ops"]]
+    assert [o["outputs"][0]["verdict"] for o in rs] == ["exact", "exact", "no-reference"], rs
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(NoReference):  # (no layout: a capture before resize_'s were kept)
+        reference("aten.resize_.default", [x, [6]], {})
+    got = reference("aten.resize_.default", [x, [2, 2]], {LAYOUT_KW: ((3, 1), 0)})[0]
+    assert got.tolist() == [[0, 1], [2, 3]]
+    with pytest.raises(NoReference):
+        reference("aten.resize_.default", [x, [-1, 2]], {LAYOUT_KW: ((3, 1), 0)})
