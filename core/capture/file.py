@@ -46,9 +46,10 @@ once, a known kind, no stored array). A file without the column has none.
 
 LAYOUTS (optional ``ops.layouts``: ``[[op, strides, storage offset], ...]``): the memory layout
 of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output shows the
-input's storage; ``resize_``: it keeps the storage's order), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
-``LAYOUT_OPS`` once, its first argument a value of as many dimensions as strides, every number
-from 0). A file without the column has none (its ``as_strided`` ops have no reference).
+input's storage; ``resize_``: it keeps the storage's order), as it was before the op ran;
+``Capture.layouts``. Checked at load (an op of ``LAYOUT_OPS`` once, its first argument a
+value of as many dimensions as strides, every number from 0). A file without the column has
+none (its ``as_strided`` and ``resize_`` ops have no reference).
 
 STRIDED (optional ``ops.strided``: ``[[op, strides, storage offset], ...]``): the memory layout
 of each op's first argument where it was not C-contiguous (a transposed view, a slice), as
