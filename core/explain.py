@@ -55,6 +55,7 @@ from tapescope.core.explain_aten import (
     ATEN_FORWARD,
     aten_moments,
     aten_sum,
+    mkl_col_gemv_rows,
     mkl_few,
     mkl_gemv,
     mkl_gemv_amd,
@@ -887,6 +888,10 @@ VARIANTS: tuple[Variant, ...] = (
             "(attention's p @ v on a one-row query block): k in blocks of eight, pairs of "
             "products fma'd, two terms a block fma'd onto the sum, 16-column vectors", "mm",
             mkl_row_gemv),
+    Variant("fma", "MKL's row-vector kernel for one output column of a transposed matrix "
+            "(x.t() @ g: nn.Linear(d, 1)'s weight gradient, a bmm's transposed operand): "
+            "(g.t() @ x).t(), k in blocks of eight over x's rows, 16-column vectors", "mm",
+            mkl_col_gemv_rows),
     # MKL's sgemm past 384 terms on an Intel CPU (sessions 23, 40, 41): k in panels, each an
     # fma chain added in turn; wide outputs past 768 terms in 384-term panels
     Variant("fma", "MKL's sgemm on an Intel CPU: one fma chain an output over k in panels (384 "

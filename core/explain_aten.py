@@ -2394,6 +2394,18 @@ def mkl_row_gemv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _sgemv_rows(a[0], b)[None, :]
 
 
+def mkl_col_gemv_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` where ``b`` is one column and ``a`` a transposed view of a matrix laid out by
+    rows (``x.t() @ g``: the weight gradient of ``nn.Linear(d, 1)`` as autograd may order it,
+    a bmm's transposed operand): MKL runs the same kernel as for ``(g.t() @ x).t()``, the
+    row-vector kernel over ``x``'s rows (measured: the two products' bits equal on 6 shapes);
+    ValueError otherwise."""
+    a, b = _float32_2d(a, b)
+    if b.shape[1] != 1:
+        raise ValueError("MKL's row-vector kernel by columns: one output column only")
+    return _sgemv_rows(b[:, 0], np.ascontiguousarray(a.T))[:, None]
+
+
 def _float32_2d(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2 or \

@@ -93,6 +93,7 @@ from tapescope.core.explain_aten import (
     log_softmax_inner,
     log_softmax_reduced,
     mkl_amd,
+    mkl_col_gemv_rows,
     mkl_no_amx,
     onednn_f16,
     reduce_all,
@@ -367,8 +368,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
             continue  # (MKL's float32 kernels: a bfloat16 product is oneDNN's, below)
         run = _product_run(op, _batched(v.value))
         # BLAS's own kernel can change with the row count: only the table's written-out
-        # orders (each output row its own chains) are screened on a few rows first
-        out.append((v.cause, v.label, run) if v.value is _mm_blas else
+        # orders (each output row its own chains) are screened on a few rows first (not the
+        # column kernel over a transposed matrix: its rows are the vector kernel's columns,
+        # whose last ones past a whole vector take another order)
+        out.append((v.cause, v.label, run) if v.value in (_mm_blas, mkl_col_gemv_rows) else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
     if _base(op) in ("mm", "bmm", "addmm"):  # (a narrow type's own kernels, first)
         out[:0] = [("reassociation", label, run, _screen(run, _product_rows(op)))

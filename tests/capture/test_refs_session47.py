@@ -16,6 +16,7 @@ from tapescope.core.capture.aten_ref import reference
 from tapescope.core.capture.aten_ref_table import NoReference
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.parity import compare_arrays
+from tests.helpers.mkl import mkl_vendor
 from tests.helpers.ref_forms import recorded_outputs
 
 torch = pytest.importorskip("torch")
@@ -425,3 +426,33 @@ def test_the_digamma_and_trigamma_kernels_are_torchs_bit_for_bit(dtype):
         assert bool(same.all()), int((~same).sum())
     with pytest.raises(ValueError):  # (polygamma of another order: not written out)
         _aten_trigamma([2, x.numpy()], {})
+
+
+@pytest.mark.skipif(mkl_vendor() != "GenuineIntel",
+                    reason="MKL's Intel kernels (an AMD CPU runs others, written apart)")
+def test_one_column_of_a_transposed_matrix_is_named_mkls_row_vector_kernel():
+    """``x.t() @ g`` with one output column (``nn.Linear(d, 1)``'s weight gradient as
+    autograd may order it, ``mv`` of a transposed matrix, a KAN's einsum as bmm): MKL runs
+    the kernel of ``(g.t() @ x).t()``, the row-vector kernel over x's rows (its last columns
+    past a whole vector in another order: so not screened on a few rows). Named for torch's
+    own results, one ulp off unknown (a KAN script's 6 unknown; mv on a transposed matrix,
+    a leftover since session 30). Planted: the variant screened on rows: fails."""
+    g = torch.Generator().manual_seed(8)
+    named = 0
+    for n, d in ((32, 64), (8, 16), (100, 37), (256, 64)):
+        x = torch.randn(n, d, generator=g)
+        col = torch.randn(n, 1, generator=g)
+        for op, args, rec in (("aten.mm.default", [x.t().numpy(), col.numpy()],
+                               torch.mm(x.t(), col).numpy()),
+                              ("aten.mv.default", [x.t().numpy(), col[:, 0].numpy()],
+                               torch.mv(x.t(), col[:, 0]).numpy())):
+            ref = reference(op, args, {})[0]
+            d_ = vars(compare_arrays(ref, rec))
+            assert d_["n_diff"] > 0
+            e = explain_op(op, args, {}, rec, d_, 0)
+            assert e["cause"] == "fma" and "transposed matrix" in e["variant"], (op, n, d, e)
+            off = rec.copy()
+            off.reshape(-1)[0] = np.nextafter(off.reshape(-1)[0], np.inf)
+            assert explain_op(op, args, {}, off, d_, 0)["cause"] == "unknown"
+            named += 1
+    assert named == 8
