@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import (
+    F32,
     I64,
     M,
     NoReference,
@@ -669,6 +672,101 @@ def _upsample_bilinear(args: list, kwargs: dict) -> list:
             return (r[..., w0] * lw0) + (r[..., w1] * lw1)
         y = (row(h0) * lh0[:, None]) + (row(h1) * lh1[:, None])
     return [y.astype(x.dtype)]
+
+
+def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
+                      dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xmin, xsize, weights (out, max taps)) of antialiased linear resampling along one axis,
+    as ATen computes them (``_compute_indices_min_size_weights_aa``, Pillow's triangle filter)
+    in the input's type ``dt``: the scale ``in / out`` (or ``1 / scale_factor``; align_corners
+    ``(in - 1) / (out - 1)``), the support ``scale`` past 1 (else 1), each tap's weight ``1 -
+    |(j + xmin - center + 0.5) * invscale|`` (the steps' double and float roundings
+    ATen's), the weights divided by their float sum."""
+    T = dt.type
+    if align:
+        scale = T(T(in_size - 1) / T(out_size - 1)) if out_size > 1 else T(0)
+    elif scale_opt is not None and float(scale_opt) > 0:
+        scale = T(1.0 / float(scale_opt))
+    else:
+        scale = T(T(in_size) / T(out_size))
+    s64 = float(scale)
+    support = T(1.0 * s64) if s64 >= 1.0 else T(1.0)
+    taps = int(math.ceil(float(support))) * 2 + 1
+    check_elems(out_size * taps, "antialiased resampling's weights")
+    invscale = T(1.0 / s64) if s64 >= 1.0 else T(1.0)
+    xmin = np.zeros(out_size, np.int64)
+    xsize = np.zeros(out_size, np.int64)
+    wts = np.zeros((out_size, taps), dt)
+    for i in range(out_size):
+        center = T(s64 * (i + 0.5))
+        lo = max(int(float(T(center - support)) + 0.5), 0)
+        hi = min(int(float(T(center + support)) + 0.5), in_size)
+        n = min(max(hi - lo, 0), taps)
+        xmin[i], xsize[i] = lo, n
+        total = T(0)
+        for j in range(n):
+            a = abs(T((float(T(T(j + lo) - center)) + 0.5) * float(invscale)))
+            w = T(1.0 - float(a)) if a < 1.0 else T(0)
+            wts[i, j] = w
+            total = T(total + w)
+        if total != 0:
+            wts[i, :n] = (wts[i, :n] / total).astype(dt)
+    return xmin, xsize, wts
+
+
+def aa_resample(x: np.ndarray, axis: int, xmin: np.ndarray, xsize: np.ndarray,
+                wts: np.ndarray, fused: Callable | None = None, lanes: int = 0
+                ) -> np.ndarray:
+    """``x`` resampled along ``axis``: output ``i`` is ``x[xmin] * w0``, then ``+ x[xmin +
+    j] * w_j`` in order, each step rounded to the type. ``fused`` (``fused(a, b, acc)``, an
+    ``fma``) takes the last ``(taps - 1) % lanes`` steps (all of them for ``lanes`` 0): gcc's
+    loop, its products in vectors of ``lanes`` added in order, its scalar tail contracted."""
+    xm = np.moveaxis(x, axis, -1)
+    out = np.empty(xm.shape[:-1] + (len(xmin),), x.dtype)
+    for i in range(len(xmin)):
+        lo, n = int(xmin[i]), int(xsize[i])
+        tail = n if not lanes else 1 + (n - 1) - (n - 1) % lanes
+        acc = (xm[..., lo] * wts[i, 0]).astype(x.dtype)
+        for j in range(1, n):
+            a = xm[..., lo + j]
+            acc = (fused(a, np.full_like(a, wts[i, j]), acc) if fused is not None and j >= tail
+                   else acc + (a * wts[i, j]).astype(x.dtype)).astype(x.dtype)
+        out[..., i] = acc
+    return np.moveaxis(out, -1, axis)
+
+
+def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None,
+                        lanes: int = 0) -> list:
+    """``_upsample_bilinear2d_aa`` (``F.interpolate(..., antialias=True)``: torchvision's
+    resize of a tensor) as ATen's separable kernel orders it: the width first (where it
+    changes) into a buffer of the input's type, then the height; each output a sum over its
+    taps in order from the first product (``aa_linear_weights``'s weights)."""
+    x = np.asarray(args[0])
+    if x.ndim != 4 or x.dtype not in (F32, np.dtype(np.float64)):
+        raise NoReference("antialiased bilinear resampling of other than 4-d float32 / "
+                          "float64 input")
+    size = opt(kwargs, args, 1, "output_size")
+    align, sh, sw = _bilinear_args(args, kwargs, x.shape[-2:], size, 2)
+    if size is None:
+        if sh is None or sw is None:
+            raise NoReference("antialiased resampling with neither a size nor scales")
+        size = [int(np.floor(x.shape[-2] * sh)), int(np.floor(x.shape[-1] * sw))]
+    size = [int(v) for v in size]
+    if min(size) < 1 or min(x.shape[-2:]) < 1:
+        raise NoReference("antialiased resampling to or from an empty size (torch raises)")
+    check_elems(x.shape[0] * x.shape[1] * size[0] * size[1], "_upsample_bilinear2d_aa")
+    y = x
+    with fp_quiet():
+        for axis, n, sc in ((3, size[1], sw), (2, size[0], sh)):
+            if y.shape[axis] != n:
+                y = aa_resample(y, axis, *aa_linear_weights(y.shape[axis], n, align, sc,
+                                                             x.dtype), fused=fused, lanes=lanes)
+    return [np.array(y, x.dtype)]
+
+
+@form("aten._upsample_bilinear2d_aa.default", "aten._upsample_bilinear2d_aa.vec")
+def _upsample_bilinear_aa(args: list, kwargs: dict) -> list:
+    return upsample_bilinear_aa(args, kwargs)
 
 
 @form("aten.upsample_bilinear2d_backward.default")

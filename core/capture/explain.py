@@ -4846,6 +4846,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "pow" and op.endswith(".Scalar"):
         return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
                          "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]
+    if base == "_upsample_bilinear2d_aa":
+        from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa
+        lanes = 4 if dt == np.float32 else 2
+        return [("fma", "PyTorch's CPU antialiased bilinear resampling (ATen's separable "
+                        "kernel, the width then the height): each output's tap products in "
+                        f"gcc's vectors of {lanes} added in order, the last (taps - 1) % "
+                        f"{lanes} taps contracted (fma)",
+                 lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes)[0])]
     if base.rstrip("_") == "digamma":
         return [("libm", "PyTorch's CPU digamma (ATen's calc_digamma, Cephes' psi in the "
                          "input's type: x pushed to 10 or past by result -= 1 / x steps, then "

@@ -456,3 +456,97 @@ def test_one_column_of_a_transposed_matrix_is_named_mkls_row_vector_kernel():
             assert explain_op(op, args, {}, off, d_, 0)["cause"] == "unknown"
             named += 1
     assert named == 8
+
+
+_AA_CASES = [((2, 3, 16, 16), (8, 8), None, False), ((1, 2, 32, 24), (10, 7), None, False),
+             ((1, 1, 8, 8), (16, 12), None, False), ((2, 2, 20, 30), None, (0.5, 0.3), False),
+             ((1, 3, 17, 13), (5, 9), None, True), ((1, 3, 96, 80), (21, 48), None, False)]
+
+
+def _aa_case(shape, size, sf, align, dtype, g):
+    x = torch.rand(shape, generator=g, dtype=dtype)
+    if size is not None:
+        y = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True,
+                                            align_corners=align)
+        return x, y, [x.numpy(), list(size), align, None, None]
+    y = torch.nn.functional.interpolate(x, scale_factor=sf, mode="bilinear", antialias=True)
+    return x, y, [x.numpy(), list(y.shape[-2:]), align, sf[0], sf[1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_antialiased_resampling_weights_are_atens(dtype):
+    """``F.interpolate(..., antialias=True)`` (torchvision's tensor resize): the reference's
+    taps and weights (Pillow's triangle filter as ATen computes it, its double and float
+    steps) are torch's bit for bit: resampling one-hot rows shows each weight alone (a
+    product by 1, sums of zeros). Planted: the support not scaled past 1: fails."""
+    from tapescope.core.capture.aten_ref_conv import aa_linear_weights
+
+    np_dt = np.dtype(str(dtype).split(".")[-1])
+    for n_in, n_out, align, sc in ((32, 7, False, None), (64, 20, False, None),
+                                   (8, 12, False, None), (30, 9, True, None),
+                                   (20, 10, False, 0.5), (224, 64, False, None)):
+        eye = torch.eye(n_in, dtype=dtype)[None, None]
+        if sc is None:
+            t = torch.nn.functional.interpolate(eye, size=(n_in, n_out), mode="bilinear",
+                                                antialias=True, align_corners=align)
+        else:
+            t = torch.nn.functional.interpolate(eye, scale_factor=(1.0, sc), mode="bilinear",
+                                                antialias=True)
+        t = t[0, 0].numpy()
+        xmin, xsize, w = aa_linear_weights(n_in, n_out, align, sc, np_dt)
+        mine = np.zeros((n_in, n_out), np_dt)
+        for i in range(n_out):
+            mine[xmin[i]:xmin[i] + xsize[i], i] = w[i, :xsize[i]]
+        assert np.array_equal(mine, t), (n_in, n_out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_antialiased_resampling_is_judged_and_named_gccs_loop(dtype):
+    """The reference sums each output's taps in order from the first product, every step
+    rounded (width first into a buffer of the type, then height); torch's kernel multiplies
+    the taps in gcc's vectors (4 floats, 2 doubles), adds them in order, and contracts the
+    scalar tail: named ``fma`` for torch's own results (downscales by whole and fractional
+    factors, an upscale, align_corners, scale factors), one ulp off unknown. Planted: the
+    tail's length counted from the first tap, or 8 float lanes: fails."""
+    g = torch.Generator().manual_seed(9)
+    op = "aten._upsample_bilinear2d_aa.default"
+    named = 0
+    for shape, size, sf, align in _AA_CASES:
+        x, y, args = _aa_case(shape, size, sf, align, dtype, g)
+        rec = y.numpy()
+        ref = reference(op, args, {})[0]
+        assert ref.shape == rec.shape and ref.dtype == rec.dtype
+        np.testing.assert_allclose(ref, rec, rtol=0, atol=4 * np.finfo(rec.dtype).eps)
+        if np.array_equal(ref, rec):
+            continue
+        d = vars(compare_arrays(ref, rec))
+        e = explain_op(op, args, {}, rec, d, 0)
+        assert e["cause"] == "fma" and "antialiased" in e["variant"], e
+        off = rec.copy()
+        off.reshape(-1)[0] = np.nextafter(off.reshape(-1)[0], np.inf)
+        assert explain_op(op, args, {}, off, d, 0)["cause"] == "unknown"
+        named += 1
+    assert named >= 4, named
+
+
+@pytest.mark.parametrize("args", [
+    [np.zeros((3, 8, 8), np.float32), [4, 4], False, None, None],  # (3-d)
+    [np.zeros((1, 1, 8, 8), np.float32), [0, 4], False, None, None],  # (an empty size)
+    [np.zeros((1, 1, 8, 8), np.int64), [4, 4], False, None, None],  # (integers)
+    [np.zeros((1, 1, 8, 8), np.float32), None, False, None, None]])  # (neither size nor scale)
+def test_antialiased_resampling_refuses_what_it_cannot_judge(args):
+    with pytest.raises(NoReference):
+        reference("aten._upsample_bilinear2d_aa.default", args, {})
+
+
+def test_antialiased_resampling_to_a_huge_size_is_refused_before_allocating():
+    from tapescope.core.capture.aten_ref_table import OUT_ELEMS
+
+    tok = OUT_ELEMS.set([np.zeros((1, 1, 4, 4), np.float32)])
+    try:
+        with pytest.raises(NoReference):
+            reference("aten._upsample_bilinear2d_aa.default",
+                      [np.zeros((1, 1, 8, 8), np.float32), [1 << 20, 1 << 20], False, None,
+                       None], {})
+    finally:
+        OUT_ELEMS.reset(tok)
