@@ -24,8 +24,10 @@ without one raises ``NoReference`` naming it (never a guess).
   inputs are never written.
 - Complex operands (rotary embeddings' ``view_as_complex``) reach only the forms written for
   them: the layout forms of ``aten_ref_shape`` (they move elements, or add them part by part),
-  ``add``, ``sub``, ``neg``, ``where``, ``_conj`` and ``mul`` (``complex_multiply``); any other
-  op with one raises ``NoReference`` (its form was written for real numbers).
+  ``add``, ``sub``, ``neg``, ``where``, ``_conj``, ``mul`` (``complex_multiply``), ``abs``,
+  ``sgn``, ``angle``, ``div`` (Smith's), ``sum`` and ``mean`` (part by part), the products
+  (``complex_product``) and ``eq`` / ``ne``; any other op with one raises ``NoReference``
+  (its form was written for real numbers).
 
 Each form's order is in docs/reference-order.md, "Captured aten ops". The forms live in
 ``aten_ref_pointwise`` (elementwise, activations), ``aten_ref_shape`` (copies, casts, views,
@@ -105,7 +107,11 @@ _COMPLEX_ARITHMETIC = frozenset({
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
     "aten.neg.default", "aten.mul.Tensor", "aten.mul.Scalar", "aten.where.self",
     "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar",
-    "aten.abs.default", "aten.sgn.default"})
+    "aten.abs.default", "aten.sgn.default", "aten.sum.default", "aten.sum.dim_IntList",
+    "aten.mean.default", "aten.mean.dim", "aten.mm.default", "aten.bmm.default",
+    "aten.matmul.default", "aten.mv.default", "aten.dot.default", "aten.vdot.default",
+    "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar",
+    "aten.div.Tensor", "aten.div.Scalar", "aten.angle.default"})
 
 
 def _takes_complex(key: str) -> bool:

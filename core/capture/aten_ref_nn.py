@@ -69,9 +69,27 @@ def _reduce(name: str, x: np.ndarray, dim, keep: bool, dtype) -> np.ndarray:
     return np.asarray(y).astype(out)
 
 
+def _complex_parts(run, args: list, kwargs: dict, what: str) -> list:
+    """``run`` (a real form) of complex ``args[0]``, part by part: a sum (and a mean, the sum
+    divided by a real count) of complex numbers is each part's own, so the real and
+    imaginary parts are reduced by the real form in its order and put back together. A
+    result dtype asked for: no reference."""
+    x = args[0]
+    if kwargs.get("dtype") is not None or any(isinstance(a, str) for a in args[1:]) or (
+            len(args) > 3 and args[3] is not None):
+        raise NoReference(f"a complex {what} to a dtype of its own")
+    parts = [np.asarray(run([np.ascontiguousarray(getattr(x, c)), *args[1:]], kwargs)[0])
+             for c in ("real", "imag")]
+    out = np.empty(parts[0].shape, x.dtype)
+    out.real, out.imag = parts
+    return [out]
+
+
 @form("aten.sum.default", "aten.sum.dim_IntList")
 def _sum(args: list, kwargs: dict) -> list:
     x = args[0]
+    if type(x) is np.ndarray and x.dtype.kind == "c":
+        return _complex_parts(_sum, args, kwargs, "sum")
     if len(args) == 1 or isinstance(args[1], str):  # sum.default(x, dtype=)
         return [_reduce("sum", x, None, False, kwargs.get("dtype"))]
     return [_reduce("sum", x, args[1], opt(kwargs, args, 2, "keepdim", False),
@@ -103,6 +121,8 @@ def _fast_column_sum(args: list, kwargs: dict) -> list | None:
 @form("aten.mean.default", "aten.mean.dim")
 def _mean(args: list, kwargs: dict) -> list:
     x = args[0]
+    if type(x) is np.ndarray and x.dtype.kind == "c":
+        return _complex_parts(_mean, args, kwargs, "mean")
     if len(args) == 1 or isinstance(args[1], str):
         return [_reduce("mean", x, None, False, kwargs.get("dtype"))]
     return [_reduce("mean", x, args[1], opt(kwargs, args, 2, "keepdim", False),
@@ -544,9 +564,37 @@ def _vector_norm(args: list, kwargs: dict) -> list:
 
 
 # ---- products ---------------------------------------------------------------------------------
+def complex_product(a: np.ndarray, b: np.ndarray, out: np.dtype) -> np.ndarray:
+    """``a @ b`` of complex operands (``mm``, ``bmm``, ``mv``, ``dot``, a 2-3 d ``matmul``),
+    the reference's dot: from +0 in k order ``acc = acc + a[k] * b[k]``, each product
+    ``complex_multiply``'s (four rounded real products, then the difference and the sum),
+    each sum part by part."""
+    from tapescope.core.capture.aten_ref_pointwise import complex_multiply
+
+    a, b = arr(a, out), arr(b, out)
+    one_a, one_b = a.ndim == 1, b.ndim == 1
+    aw = a[None] if one_a else a
+    bw = b[:, None] if one_b else b
+    if aw.ndim > 3 or bw.ndim > 3 or aw.shape[-1] != bw.shape[-2]:
+        raise NoReference("a complex product of other than 1-3 d operands of matching k")
+    lead = np.broadcast_shapes(aw.shape[:-2], bw.shape[:-2])
+    check_elems(math.prod(lead) * aw.shape[-2] * bw.shape[-1], "a complex product")
+    acc = np.zeros(lead + (aw.shape[-2], bw.shape[-1]), out)
+    with fp_quiet():
+        for k in range(aw.shape[-1]):
+            acc = acc + complex_multiply(aw[..., :, k:k + 1], bw[..., k:k + 1, :])
+    if one_a:
+        acc = acc[..., 0, :]
+    if one_b:
+        acc = acc[..., 0]
+    return acc.astype(out, copy=False)
+
+
 def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` by the reference matmul (serial in k), in torch's result type."""
     out = result_type(a, b)
+    if out.kind == "c":
+        return complex_product(a, b, out)
     if not is_float(out):
         return np.matmul(a, b).astype(out)
     aw, bw = _wide(a, out), _wide(b, out)

@@ -188,11 +188,29 @@ def _mul(args: list, kwargs: dict) -> list:
     return [ew(complex_multiply if out.kind == "c" else np.multiply, a, b, out=out)]
 
 
+@form("aten.angle.default")
+def _angle(args: list, kwargs: dict) -> list:
+    """The principal argument, correctly rounded (``aten_ref_special.complex_angle``); a real
+    operand's pi below 0, else 0 (NaN for NaN), in the float type torch gives it."""
+    from tapescope.core.capture.aten_ref_special import complex_angle
+
+    x = np.asarray(args[0])
+    if x.dtype.kind in "iub":
+        x = x.astype(F32)
+    return [complex_angle(x)]
+
+
 @form("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div(args: list, kwargs: dict) -> list:
     a, b = args[0], args[1]
     mode = opt(kwargs, args, 2, "rounding_mode")
     out = result_type(a, b)
+    if out.kind == "c":
+        from tapescope.core.capture.aten_ref_special import complex_divide
+
+        if mode is not None:
+            raise NoReference("a complex division with a rounding mode (torch raises)")
+        return [complex_divide(arr(a, out), arr(b, out))]
     if mode is None:
         out = out if is_float(out) else F32  # true division of integers is float
         return [ew(np.divide, a, b, out=out)]

@@ -317,6 +317,69 @@ def complex_abs(z: np.ndarray) -> np.ndarray:
     return out.reshape(z.shape)
 
 
+def complex_angle(z: np.ndarray) -> np.ndarray:
+    """``angle(z)``: the principal argument, exact, correctly rounded to the component type:
+    atan2(im, re) (for complex64 numpy's double atan2 where its float32 rounding is certain,
+    ``_double_fast``'s test; mpmath for the rest and for complex128); zeros and infinities as
+    C99's atan2 (a zero imaginary part's sign kept: -pi for (-1, -0.0)), rounded from the
+    double; NaN where a part is. A real operand: pi below 0, NaN for NaN, else 0."""
+    if z.dtype.kind != "c":
+        t = z.dtype.type
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isnan(z), z, np.where(z < 0, t(math.pi), t(0))).astype(z.dtype)
+    target = F32 if z.dtype == np.complex64 else F64
+    re, im = np.ascontiguousarray(z.real).reshape(-1), np.ascontiguousarray(z.imag).reshape(-1)
+    out = np.empty(re.shape, target)
+    with np.errstate(all="ignore"):
+        special = ~(np.isfinite(re) & np.isfinite(im)) | (im == 0) | (re == 0)
+        out[special] = np.arctan2(im[special].astype(F64), re[special].astype(F64)).astype(
+            target)
+        todo = ~special
+        if target == F32:
+            f, ok = _double_fast(lambda v: np.arctan2(im[todo].astype(F64), v),
+                                 re[todo])
+            sub = np.flatnonzero(todo)
+            out[sub[ok]] = f[ok]
+            todo[sub[ok]] = False
+    idx = np.flatnonzero(todo)
+    if idx.size > _BUDGET:
+        raise NoReference(f"angle: {idx.size:,} complex values for mpmath, past the budget of "
+                          f"{_BUDGET:,}")
+    if idx.size:
+        mp = _mp()
+        bits = 53 if target == F64 else 24
+        for i in idx.tolist():
+            a, b = float(re[i]), float(im[i])
+            out[i] = _ziv(lambda mp, _u, a=a, b=b: mp.atan2(mp.mpf(b), mp.mpf(a)), 0.0, target,
+                          bits, mp)
+    return out.reshape(z.shape)
+
+
+def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a / b`` of complex numbers by Smith's algorithm (numpy's and c10::complex's, written
+    here without an FMA): where ``|br| >= |bi|``: ``rat = bi / br``, ``scl = 1 / (br + bi *
+    rat)``, ``re = (ar + ai * rat) * scl``, ``im = (ai - ar * rat) * scl`` (both zero:
+    ``ar / |br|``, ``ai / |bi|``); else ``rat = br / bi``, ``scl = 1 / (bi + br * rat)``,
+    ``re = (ar * rat + ai) * scl``, ``im = (ai * rat - ar) * scl``; each step rounded."""
+    a, b = np.broadcast_arrays(a, b)
+    t = a.real.dtype.type
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    with np.errstate(all="ignore"):
+        first = np.abs(br) >= np.abs(bi)
+        zero = (br == 0) & (bi == 0)
+        rat1 = bi / br
+        scl1 = t(1) / (br + bi * rat1)
+        rat2 = br / bi
+        scl2 = t(1) / (bi + br * rat2)
+        re = np.where(first, (ar + ai * rat1) * scl1, (ar * rat2 + ai) * scl2)
+        im = np.where(first, (ai - ar * rat1) * scl1, (ai * rat2 - ar) * scl2)
+        re = np.where(zero, ar / np.abs(br), re)
+        im = np.where(zero, ai / np.abs(bi), im)
+    out = np.empty(a.shape, a.dtype)
+    out.real, out.imag = re, im
+    return out
+
+
 def complex_sgn(z: np.ndarray) -> np.ndarray:
     """``sgn(z) = z / |z|`` (0 where z is 0): each component divided by the correctly rounded
     modulus (``complex_abs``), each quotient rounded."""

@@ -137,13 +137,13 @@ def test_a_difference_no_variant_comes_closer_to_is_unknown_alone():
 
 def test_an_exact_op_has_only_ftz():
     assert [v.cause for v in variants_for("add")] == ["ftz"]
-    # fma, MKL's four small-product kernels (session 24), its Intel panels and its 384-term
-    # panels (sessions 40-41), its AMD panels (session 31), numpy's BLAS, MKL's
-    # dot-product kernel on an AMD CPU (session 31), the halving tree, 8 column tilings, 20
-    # k-lane forms, 6 split-K forms (issue 44), the wider accumulator (float32 has no narrower
-    # one), 2 TF32 forms, ftz
+    # fma, MKL's four small-product kernels (session 24), its column kernel over a transposed
+    # matrix (session 47), its Intel panels and its 384-term panels (sessions 40-41), its AMD
+    # panels (session 31), numpy's BLAS, MKL's dot-product kernel on an AMD CPU (session 31),
+    # the halving tree, 8 column tilings, 20 k-lane forms, 6 split-K forms (issue 44), the
+    # wider accumulator (float32 has no narrower one), 2 TF32 forms, ftz
     assert [v.cause for v in variants_for("matmul", np.float32)] == [
-        "fma", *["fma"] * 7, "reassociation", "reassociation", "reassociation",
+        "fma", *["fma"] * 8, "reassociation", "reassociation", "reassociation",
         *["reassociation"] * 34,
         *["accumulator"] * 3, "ftz"]
     # float64 has no TF32 form: its narrower float32 accumulator instead

@@ -116,7 +116,9 @@ def test_aten_sum_is_torch_sum(dt, shape, axis):
 
 def test_aten_sum_refuses_what_it_does_not_model():
     with pytest.raises(ValueError):
-        A.aten_sum(np.ones((3, 4, 5)), 1)  # a middle axis
+        A.aten_sum(np.ones((3, 4, 5, 6)), (1, 3))  # two runs of axes apart
+    with pytest.raises(ValueError):  # (a middle run past the grain at two threads)
+        A.aten_sum(np.ones((3, 40000, 5)), 1, threads=2)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
