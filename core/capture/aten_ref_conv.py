@@ -764,6 +764,51 @@ def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None
     return [np.array(y, x.dtype)]
 
 
+_AA_BACKWARD_TERMS = 1 << 20  # (output pixels times taps: the backward's loop is per pixel)
+
+
+def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | None = None
+                                  ) -> list:
+    """``_upsample_bilinear2d_aa_backward`` as ATen's ``cpu_upsample_genNd_backward_aa``
+    orders it: the gradient from +0; for each output pixel in row-major order, each of its
+    taps (rows, then columns; the forward's weights) ``gi[tap] += (wx * wy) * g``, each step
+    rounded (``fused``: ``fused(wx * wy, g, acc)``, the compiler's contraction)."""
+    g = np.asarray(args[0])
+    out_hw, in_size = [int(v) for v in args[1]], [int(v) for v in args[2]]
+    if g.ndim != 4 or g.dtype not in (F32, np.dtype(np.float64)) or len(in_size) != 4 \
+            or len(out_hw) != 2 or g.shape != tuple(in_size[:2]) + tuple(out_hw) \
+            or min(in_size[2:] + out_hw) < 1:
+        raise NoReference("antialiased bilinear backward of other than a 4-d float32 / "
+                          "float64 gradient of the output's shape")
+    align, sh, sw = _bilinear_args(args, kwargs, in_size[-2:], out_hw, 3)
+    check_elems(math.prod(in_size), "_upsample_bilinear2d_aa_backward")
+    ymin, ysize, wy = aa_linear_weights(in_size[2], out_hw[0], align, sh, g.dtype)
+    xmin, xsize, wx = aa_linear_weights(in_size[3], out_hw[1], align, sw, g.dtype)
+    if out_hw[0] * out_hw[1] * wy.shape[1] * wx.shape[1] > _AA_BACKWARD_TERMS:
+        raise NoReference("antialiased bilinear backward past the form's "
+                          f"{_AA_BACKWARD_TERMS:,} pixel taps")
+    planes = in_size[0] * in_size[1]
+    g2 = g.reshape(planes, *out_hw)
+    gi = np.zeros((planes, in_size[2], in_size[3]), g.dtype)
+    with fp_quiet():
+        for oh in range(out_hw[0]):
+            for ow in range(out_hw[1]):
+                gv = g2[:, oh, ow]
+                for y in range(int(ysize[oh])):
+                    for x in range(int(xsize[ow])):
+                        w = (wx[ow, x] * wy[oh, y]).astype(g.dtype)
+                        at = (slice(None), int(ymin[oh]) + y, int(xmin[ow]) + x)
+                        gi[at] = (fused(np.full_like(gv, w), gv, gi[at]) if fused is not None
+                                  else gi[at] + (w * gv).astype(g.dtype)).astype(g.dtype)
+    return [gi.reshape(in_size)]
+
+
+@form("aten._upsample_bilinear2d_aa_backward.default",
+      "aten._upsample_bilinear2d_aa_backward.vec")
+def _upsample_bilinear_aa_backward(args: list, kwargs: dict) -> list:
+    return upsample_bilinear_aa_backward(args, kwargs)
+
+
 @form("aten._upsample_bilinear2d_aa.default", "aten._upsample_bilinear2d_aa.vec")
 def _upsample_bilinear_aa(args: list, kwargs: dict) -> list:
     return upsample_bilinear_aa(args, kwargs)

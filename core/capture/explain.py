@@ -4854,6 +4854,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                         f"gcc's vectors of {lanes} added in order, the last (taps - 1) % "
                         f"{lanes} taps contracted (fma)",
                  lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes)[0])]
+    if base == "_upsample_bilinear2d_aa_backward":
+        from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa_backward
+        return [("fma", "PyTorch's CPU antialiased bilinear backward (ATen's "
+                        "cpu_upsample_genNd_backward_aa): per output pixel in order, each tap "
+                        "gi = fma(wx * wy, g, gi)",
+                 lambda a, k: upsample_bilinear_aa_backward(a, k, fused=fma)[0])]
     if base.rstrip("_") == "digamma":
         return [("libm", "PyTorch's CPU digamma (ATen's calc_digamma, Cephes' psi in the "
                          "input's type: x pushed to 10 or past by result -= 1 / x steps, then "

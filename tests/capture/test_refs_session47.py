@@ -685,3 +685,37 @@ def test_complex_angle_is_correctly_rounded_with_c99s_zeros():
     real = reference("aten.angle.default", [np.array([-1.0, 0.0, -0.0, np.nan, 2.0],
                                                      np.float32)], {})[0]
     assert np.array_equal(real, np.array([np.pi, 0, 0, np.nan, 0], np.float32), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_antialiased_resampling_backward_is_judged_and_named(dtype):
+    """``_upsample_bilinear2d_aa_backward`` (a loss on an antialiased downscale): the
+    reference adds each output pixel's ``(wx * wy) * g`` to its taps in ATen's loop order,
+    every step rounded; torch's loop is contracted (``fma(wx * wy, g, gi)``): named for
+    torch's own gradients, one ulp off unknown. Planted: the product ``wx * (wy * g)`` in the
+    contracted loop: fails. A gradient of another shape than the output's: no reference."""
+    g = torch.Generator().manual_seed(14)
+    op = "aten._upsample_bilinear2d_aa_backward.default"
+    named = 0
+    for shape, size in (((2, 3, 16, 16), (8, 8)), ((1, 2, 32, 24), (10, 7)),
+                        ((1, 1, 8, 8), (16, 12))):
+        x = torch.rand(shape, generator=g, dtype=dtype, requires_grad=True)
+        y = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True)
+        go = torch.randn(y.shape, generator=g, dtype=dtype)
+        gi, = torch.autograd.grad(y, x, go)
+        args = [go.numpy(), list(size), list(shape), False, None, None]
+        rec = gi.numpy()
+        ref = reference(op, args, {})[0]
+        assert ref.shape == rec.shape and ref.dtype == rec.dtype
+        d = vars(compare_arrays(ref, rec))
+        assert d["n_diff"] > 0
+        e = explain_op(op, args, {}, rec, d, 0)
+        assert e["cause"] == "fma" and "antialiased" in e["variant"], e
+        off = rec.copy()
+        off.reshape(-1)[0] = np.nextafter(off.reshape(-1)[0], np.inf)
+        assert explain_op(op, args, {}, off, d, 0)["cause"] == "unknown"
+        named += 1
+    assert named == 3
+    with pytest.raises(NoReference):
+        reference(op, [np.zeros((1, 1, 4, 5), np.float32), [4, 4], [1, 1, 8, 8], False,
+                       None, None], {})
