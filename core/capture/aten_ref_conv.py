@@ -764,6 +764,90 @@ def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None
     return [np.array(y, x.dtype)]
 
 
+def _fractional_intervals(samples: np.ndarray, in_size: int, out_size: int,
+                          pool: int) -> np.ndarray:
+    """ATen's ``generate_intervals`` for each plane's sample (in the samples' type): window
+    ``i`` starts at ``int((i + u) * alpha) - int(u * alpha)``, ``alpha = (in - pool) / (out -
+    1)``; the last at ``in - pool``."""
+    T = samples.dtype.type
+    seq = np.empty(samples.shape + (out_size,), np.int64)
+    if out_size > 1:
+        alpha = T(T(in_size - pool) / T(out_size - 1))
+        i = np.arange(out_size - 1)
+        with fp_quiet():
+            a = ((i.astype(samples.dtype)[None, :] + samples[:, None]) * alpha).astype(
+                samples.dtype)
+            b = (samples * alpha).astype(samples.dtype)
+        seq[:, :-1] = np.trunc(a).astype(np.int64) - np.trunc(b).astype(np.int64)[:, None]
+    seq[:, -1] = in_size - pool
+    return seq
+
+
+def _fractional_args(x: np.ndarray, kernel: Any, out: Any, samples: np.ndarray) -> tuple:
+    if x.ndim not in (3, 4) or x.dtype not in (F32, np.dtype(np.float64)):
+        raise NoReference("fractional_max_pool2d of other than 3-4 d float32 / float64 input")
+    kh, kw = (int(v) for v in kernel)
+    oh, ow = (int(v) for v in out)
+    x4 = x if x.ndim == 4 else x[None]
+    n, c, h, w = x4.shape
+    s = np.asarray(samples).reshape(-1, 2)
+    if s.shape[0] != n * c or min(kh, kw, oh, ow) < 1 or kh > h or kw > w \
+            or oh + kh - 1 > h or ow + kw - 1 > w:
+        raise NoReference("fractional_max_pool2d: samples, kernel or output size outside "
+                          "the input (torch raises)")
+    return x4, n, c, h, w, kh, kw, oh, ow, s.astype(x.dtype)
+
+
+@form("aten.fractional_max_pool2d.default")
+def _fractional_max_pool2d(args: list, kwargs: dict) -> list:
+    """(values, indices): each plane's windows placed by its two recorded samples (W's, then
+    H's: ATen's ``generate_intervals``); in each window, rows then columns, the first
+    element greater than all before it, or a NaN (the last NaN wins), from -inf with the
+    window's first index (ATen's loop)."""
+    x = np.asarray(args[0])
+    x4, n, c, h, w, kh, kw, oh, ow, s = _fractional_args(x, args[1], args[2], args[3])
+    check_elems(n * c * oh * ow * kh * kw, "fractional_max_pool2d's windows")
+    sw = _fractional_intervals(s[:, 0], w, ow, kw)
+    sh = _fractional_intervals(s[:, 1], h, oh, kh)
+    planes = x4.reshape(n * c, h * w)
+    p = np.arange(n * c)[:, None, None]
+    maxv = np.full((n * c, oh, ow), -np.inf, x.dtype)
+    maxi = (sh[:, :, None] * w + sw[:, None, :]).astype(np.int64)
+    with fp_quiet():
+        for dy in range(kh):
+            for dx in range(kw):
+                idx = (sh[:, :, None] + dy) * w + (sw[:, None, :] + dx)
+                v = planes[p, idx]
+                up = (v > maxv) | np.isnan(v)
+                maxv = np.where(up, v, maxv)
+                maxi = np.where(up, idx, maxi)
+    shape = (n, c, oh, ow) if x.ndim == 4 else (c, oh, ow)
+    return [maxv.reshape(shape), maxi.reshape(shape)]
+
+
+@form("aten.fractional_max_pool2d_backward.default")
+def _fractional_max_pool2d_backward(args: list, kwargs: dict) -> list:
+    """From +0 per plane, each output's gradient added at its recorded index, the outputs in
+    row-major order (ATen's loop)."""
+    g, x, idx = np.asarray(args[0]), np.asarray(args[1]), np.asarray(args[4])
+    if x.ndim not in (3, 4) or g.shape != idx.shape or g.ndim != x.ndim \
+            or g.dtype != x.dtype or idx.dtype.kind not in "iu":
+        raise NoReference("fractional_max_pool2d_backward of mismatched gradient, input or "
+                          "indices")
+    x4 = x if x.ndim == 4 else x[None]
+    n, c, h, w = x4.shape
+    g2 = g.reshape(n * c, -1)
+    i2 = idx.reshape(n * c, -1).astype(np.int64)
+    if g2.shape[0] != n * c or (i2.size and (i2.min() < 0 or i2.max() >= h * w)):
+        raise NoReference("fractional_max_pool2d_backward: an index outside its plane")
+    gi = np.zeros((n * c, h * w), x.dtype)
+    rows = np.arange(n * c)
+    with fp_quiet():
+        for k in range(g2.shape[1]):
+            gi[rows, i2[:, k]] = gi[rows, i2[:, k]] + g2[:, k]
+    return [gi.reshape(x.shape)]
+
+
 _AA_BACKWARD_TERMS = 1 << 20  # (output pixels times taps: the backward's loop is per pixel)
 
 

@@ -719,3 +719,40 @@ def test_antialiased_resampling_backward_is_judged_and_named(dtype):
     with pytest.raises(NoReference):
         reference(op, [np.zeros((1, 1, 4, 5), np.float32), [4, 4], [1, 1, 8, 8], False,
                        None, None], {})
+
+
+def test_fractional_max_pool_is_atens_windows_and_picks():
+    """``nn.FractionalMaxPool2d`` (its op takes the random samples as an argument, so the
+    recorded draws place the windows): ATen's ``generate_intervals`` per plane (W's sample
+    first, then H's), in each window the first element greater than all before it or a NaN
+    (the last NaN wins); its backward adds each output's gradient at its index in order.
+    torch's values, indices and gradients bit for bit (ties, NaNs, 3-d input, one output);
+    hostile sizes refused. Planted: the two samples swapped, or ``>=`` for ``>``: fails."""
+    g = torch.Generator().manual_seed(15)
+    op, bop = "aten.fractional_max_pool2d.default", "aten.fractional_max_pool2d_backward.default"
+    for shape, k, o in (((2, 3, 10, 10), (2, 2), (6, 6)), ((1, 4, 13, 9), (3, 2), (5, 7)),
+                        ((3, 8, 8), (2, 2), (4, 4)), ((2, 2, 7, 7), (3, 3), (5, 5)),
+                        ((1, 1, 5, 5), (2, 2), (1, 1))):
+        for dt in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=g, dtype=dt)
+            if shape[-1] == 7:
+                x[..., 0, 0] = float("nan")
+            if shape[-1] == 9:
+                x = x.round()  # (ties)
+            samples = torch.rand(shape[0] if len(shape) == 4 else 1, shape[-3], 2,
+                                 generator=g, dtype=dt)
+            y, i = torch.ops.aten.fractional_max_pool2d(x, list(k), list(o), samples)
+            got = reference(op, _np([x, list(k), list(o), samples]), {})
+            assert np.array_equal(got[0], y.numpy(), equal_nan=True) and \
+                got[0].shape == tuple(y.shape) and np.array_equal(got[1], i.numpy()), shape
+            go = torch.randn(y.shape, generator=g, dtype=dt)
+            gi = torch.ops.aten.fractional_max_pool2d_backward(go, x, list(k), list(o), i)
+            assert _same(reference(bop, _np([go, x, list(k), list(o), i]), {}), gi)
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    s = np.full((1, 2, 2), 0.5, np.float32)
+    for bad in ([x, [2, 2], [6, 6], s], [x, [7, 2], [2, 2], s], [x, [2, 2], [3, 3], s[:, :1]]):
+        with pytest.raises(NoReference):
+            reference(op, bad, {})
+    with pytest.raises(NoReference):  # (an index outside the plane)
+        reference(bop, [np.ones((1, 2, 3, 3), np.float32), x, [2, 2], [3, 3],
+                        np.full((1, 2, 3, 3), 99)], {})
