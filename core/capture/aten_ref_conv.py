@@ -806,7 +806,7 @@ def _fractional_max_pool2d(args: list, kwargs: dict) -> list:
     window's first index (ATen's loop)."""
     x = np.asarray(args[0])
     x4, n, c, h, w, kh, kw, oh, ow, s = _fractional_args(x, args[1], args[2], args[3])
-    check_elems(n * c * oh * ow * kh * kw, "fractional_max_pool2d's windows")
+    check_elems(n * c * oh * ow, "fractional_max_pool2d")  # (the windows: one tap at a time)
     sw = _fractional_intervals(s[:, 0], w, ow, kw)
     sh = _fractional_intervals(s[:, 1], h, oh, kh)
     planes = x4.reshape(n * c, h * w)
