@@ -674,6 +674,9 @@ def _upsample_bilinear(args: list, kwargs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
+_AA_WEIGHTS = 1 << 24
+
+
 def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
                       dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xmin, xsize, weights (out, max taps)) of antialiased linear resampling along one axis,
@@ -692,7 +695,9 @@ def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
     s64 = float(scale)
     support = T(1.0 * s64) if s64 >= 1.0 else T(1.0)
     taps = int(math.ceil(float(support))) * 2 + 1
-    check_elems(out_size * taps, "antialiased resampling's weights")
+    if out_size * taps > _AA_WEIGHTS:  # (about twice the input's extent plus the output's)
+        raise NoReference(f"antialiased resampling's weights: {out_size * taps:,} past "
+                          f"{_AA_WEIGHTS:,}")
     invscale = T(1.0 / s64) if s64 >= 1.0 else T(1.0)
     xmin = np.zeros(out_size, np.int64)
     xsize = np.zeros(out_size, np.int64)

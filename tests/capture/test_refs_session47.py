@@ -458,7 +458,8 @@ def test_one_column_of_a_transposed_matrix_is_named_mkls_row_vector_kernel():
     assert named == 8
 
 
-_AA_CASES = [((2, 3, 16, 16), (8, 8), None, False), ((1, 2, 32, 24), (10, 7), None, False),
+_AA_CASES = [((1, 1, 64, 64), (2, 2), None, False),  # (a tiny output of long windows)
+             ((2, 3, 16, 16), (8, 8), None, False), ((1, 2, 32, 24), (10, 7), None, False),
              ((1, 1, 8, 8), (16, 12), None, False), ((2, 2, 20, 30), None, (0.5, 0.3), False),
              ((1, 3, 17, 13), (5, 9), None, True), ((1, 3, 96, 80), (21, 48), None, False)]
 
@@ -514,7 +515,8 @@ def test_antialiased_resampling_is_judged_and_named_gccs_loop(dtype):
     for shape, size, sf, align in _AA_CASES:
         x, y, args = _aa_case(shape, size, sf, align, dtype, g)
         rec = y.numpy()
-        ref = reference(op, args, {})[0]
+        with recorded_outputs([rec]):  # (the judge's size bound)
+            ref = reference(op, args, {})[0]
         assert ref.shape == rec.shape and ref.dtype == rec.dtype
         np.testing.assert_allclose(ref, rec, rtol=0, atol=4 * np.finfo(rec.dtype).eps)
         if np.array_equal(ref, rec):
