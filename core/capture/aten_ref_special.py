@@ -303,18 +303,26 @@ def complex_abs(z: np.ndarray) -> np.ndarray:
             ok = todo & np.isfinite(other) & (np.abs(d - mid) > 4 * np.spacing(np.abs(d)))
             out[ok] = f[ok]
             todo &= ~ok
+    _by_mpmath(out, todo, re, im, lambda mp, a, b: mp.sqrt(a ** 2 + b ** 2), "abs")
+    return out.reshape(z.shape)
+
+
+def _by_mpmath(out: np.ndarray, todo: np.ndarray, re: np.ndarray, im: np.ndarray,
+               value: Callable, what: str) -> None:
+    """``out[i]`` for each ``todo`` element: ``value(mp, re, im)`` (mpmath numbers) correctly
+    rounded to ``out``'s type (``_ziv``); past ``_BUDGET`` elements, no reference."""
     idx = np.flatnonzero(todo)
     if idx.size > _BUDGET:
-        raise NoReference(f"abs: {idx.size:,} complex values for mpmath, past the budget of "
-                          f"{_BUDGET:,}")
-    if idx.size:
-        mp = _mp()
-        bits = 53 if target == F64 else 24
-        for i in idx.tolist():
-            a, b = float(re[i]), float(im[i])
-            out[i] = _ziv(lambda mp, _u, a=a, b=b: mp.sqrt(mp.mpf(a) ** 2 + mp.mpf(b) ** 2),
-                          0.0, target, bits, mp)
-    return out.reshape(z.shape)
+        raise NoReference(f"{what}: {idx.size:,} complex values for mpmath, past the budget "
+                          f"of {_BUDGET:,}")
+    if not idx.size:
+        return
+    mp = _mp()
+    bits = 53 if out.dtype == F64 else 24
+    for i in idx.tolist():
+        a, b = float(re[i]), float(im[i])
+        out[i] = _ziv(lambda mp, _u, a=a, b=b: value(mp, mp.mpf(a), mp.mpf(b)), 0.0,
+                      out.dtype, bits, mp)
 
 
 def complex_angle(z: np.ndarray) -> np.ndarray:
@@ -341,17 +349,7 @@ def complex_angle(z: np.ndarray) -> np.ndarray:
             sub = np.flatnonzero(todo)
             out[sub[ok]] = f[ok]
             todo[sub[ok]] = False
-    idx = np.flatnonzero(todo)
-    if idx.size > _BUDGET:
-        raise NoReference(f"angle: {idx.size:,} complex values for mpmath, past the budget of "
-                          f"{_BUDGET:,}")
-    if idx.size:
-        mp = _mp()
-        bits = 53 if target == F64 else 24
-        for i in idx.tolist():
-            a, b = float(re[i]), float(im[i])
-            out[i] = _ziv(lambda mp, _u, a=a, b=b: mp.atan2(mp.mpf(b), mp.mpf(a)), 0.0, target,
-                          bits, mp)
+    _by_mpmath(out, todo, re, im, lambda mp, a, b: mp.atan2(b, a), "angle")
     return out.reshape(z.shape)
 
 
