@@ -344,6 +344,49 @@ def _positions(shape: tuple[int, ...], strides: Any, offset: int) -> np.ndarray:
     return np.broadcast_to(pos, shape).reshape(-1)
 
 
+def _unfold_geometry(shape: tuple, dim: Any, size: Any, step: Any) -> tuple[int, int, int, int]:
+    """(dim, size, step, windows) of ``Tensor.unfold``, checked as torch checks them."""
+    if not shape:
+        raise NoReference("unfold of a 0-d tensor")
+    d = _dim(int(dim), len(shape))
+    size, step = int(size), int(step)
+    if not 0 <= d < len(shape) or size < 0 or step < 1 or size > shape[d]:
+        raise NoReference("unfold: a dimension, size or step torch refuses")
+    return d, size, step, (shape[d] - size) // step + 1
+
+
+@form("aten.unfold.default", "aten.unfold_copy.default")
+def _unfold(args: list, kwargs: dict) -> list:
+    """``x.unfold(dim, size, step)`` (sliding windows: a ViT's patches, a 1-d conv by hand):
+    window ``i`` of ``dim`` holds ``x[i * step + j]`` at ``j`` of a new last dimension."""
+    x = np.asarray(args[0])
+    d, size, step, n = _unfold_geometry(x.shape, args[1], args[2], args[3])
+    check_elems(n * size * (x.size // max(x.shape[d], 1)), "unfold")
+    win = np.lib.stride_tricks.sliding_window_view(x, size, axis=d)
+    return [np.ascontiguousarray(np.take(win, np.arange(n) * step, axis=d))]
+
+
+@form("aten.unfold_backward.default")
+def _unfold_backward(args: list, kwargs: dict) -> list:
+    """ATen's ``unfold_backward`` kernel: each input element from +0 adds the gradients of
+    the windows that hold it in window order (``g[i, j]`` for ``i * step + j`` its index);
+    an element no window holds stays 0."""
+    g = np.asarray(args[0])
+    in_shape = tuple(int(v) for v in args[1])
+    d, size, step, n = _unfold_geometry(in_shape, args[2], args[3], args[4])
+    want = in_shape[:d] + (n,) + in_shape[d + 1:] + (size,)
+    if g.shape != want:
+        raise NoReference(f"unfold_backward: a gradient of shape {g.shape}, not {want}")
+    check_elems(math.prod(in_shape), "unfold_backward")
+    gi = np.zeros(in_shape, g.dtype)
+    gm = np.moveaxis(gi, d, -1)  # (a view: the windows' dimension last)
+    gw = np.moveaxis(g, d, -2)  # (..., n, size)
+    with fp_quiet():
+        for i in range(n):
+            gm[..., i * step:i * step + size] = gm[..., i * step:i * step + size] + gw[..., i, :]
+    return [gi]
+
+
 @form("aten.as_strided.default", "aten.as_strided_.default", "aten.as_strided_copy.default")
 def _as_strided(args: list, kwargs: dict) -> list:
     """The elements ``x.as_strided(size, stride, offset)`` shows: each output element's

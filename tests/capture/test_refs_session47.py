@@ -740,3 +740,32 @@ def test_fractional_max_pool_is_atens_windows_and_picks():
     with pytest.raises(NoReference):  # (an index outside the plane)
         reference(bop, [np.ones((1, 2, 3, 3), np.float32), x, [2, 2], [3, 3],
                         np.full((1, 2, 3, 3), 99)], {})
+
+
+def test_unfold_and_its_backward_are_torchs():
+    """``Tensor.unfold`` (sliding windows: a ViT's patches by ``unfold(2, p, p).unfold(3, p,
+    p)``, a 1-d convolution by hand): the windows' elements exactly; its backward adds, for
+    each input element from +0, the gradients of the windows holding it in window order
+    (ATen's kernel: overlapping windows' sums are torch's bits); hostile geometry refused.
+    Planted: the windows added last first: fails."""
+    g = torch.Generator().manual_seed(16)
+    for shape, d, size, step in (((5, 6, 7), 1, 3, 2), ((5, 6, 7), 2, 5, 1), ((4, 9), 0, 2, 3),
+                                 ((12,), 0, 4, 4), ((3, 8, 8), -1, 2, 2), ((2, 5), 1, 0, 1),
+                                 ((3, 40), 1, 9, 1)):
+        for dt in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=g, dtype=dt)
+            y = x.unfold(d, size, step)
+            with recorded_outputs([y.numpy()]):
+                assert _same(reference("aten.unfold.default", _np([x, d, size, step]), {}), y)
+            go = torch.randn(y.shape, generator=g, dtype=dt)
+            gi = torch.ops.aten.unfold_backward(go, list(shape), d, size, step)
+            with recorded_outputs([gi.numpy()]):
+                assert _same(reference("aten.unfold_backward.default",
+                                       _np([go, list(shape), d, size, step]), {}), gi), shape
+    x = np.zeros((2, 5), np.float32)
+    for bad in ([x, 1, 6, 1], [x, 1, 2, 0], [x, 2, 2, 1], [np.float32(1), 0, 1, 1]):
+        with pytest.raises(NoReference):
+            reference("aten.unfold.default", bad, {})
+    with pytest.raises(NoReference):  # (a gradient of another shape than the windows')
+        reference("aten.unfold_backward.default", [np.zeros((2, 3, 3), np.float32), [2, 5],
+                                                   1, 2, 1], {})
