@@ -900,6 +900,47 @@ def _resize_(args: list, kwargs: dict) -> list:
     return [out]
 
 
+@form("aten.index_reduce.default")
+def _index_reduce(args: list, kwargs: dict) -> list:
+    """``x.index_reduce_(dim, index, source, reduce, include_self)`` as ATen loops: the
+    indexed slices start from ``x`` (``include_self``) or from the reduction's identity (0
+    for mean, 1 for prod, -inf / +inf for amax / amin), then each ``source`` slice in index
+    order: ``acc * s`` (prod), ``acc + s`` (mean), ``max`` / ``min`` (NaN propagates); mean
+    divides by the count of what it added (x's included), a count of 0 as 1."""
+    x, d, idx, src = np.asarray(args[0]), args[1], np.asarray(args[2]), np.asarray(args[3])
+    red = str(args[4])
+    incl = bool(opt(kwargs, args, 5, "include_self", True))
+    if red not in ("prod", "mean", "amax", "amin") or x.ndim == 0 or idx.ndim > 1 \
+            or idx.dtype.kind not in "iu" or src.dtype != x.dtype or x.dtype.kind not in "f":
+        raise NoReference("index_reduce of other than a float tensor, a 1-d index and a "
+                          "source of its type")
+    d = _dim(int(d), x.ndim)
+    idx = idx.reshape(-1).astype(I64)
+    n = x.shape[d]
+    want = x.shape[:d] + (idx.size,) + x.shape[d + 1:]
+    if src.shape != want or (idx.size and (idx.min() < -n or idx.max() >= n)):
+        raise NoReference("index_reduce: a source of another shape, or an index outside")
+    idx = np.where(idx < 0, idx + n, idx)
+    xm, sm = np.moveaxis(x, d, 0), np.moveaxis(src, d, 0)
+    acc = xm.copy()
+    T = x.dtype.type
+    hit = np.zeros(n, bool)
+    hit[idx] = True
+    if not incl:
+        ident = {"prod": T(1), "mean": T(0), "amax": T(-np.inf), "amin": T(np.inf)}[red]
+        acc[hit] = ident
+    with fp_quiet():
+        for i, j in enumerate(idx.tolist()):
+            a, b = acc[j], sm[i]
+            acc[j] = (a * b if red == "prod" else a + b if red == "mean"
+                      else np.maximum(a, b) if red == "amax" else np.minimum(a, b))
+        if red == "mean":
+            counts = np.bincount(idx, minlength=n).astype(x.dtype) + (T(1) if incl else T(0))
+            counts[counts == 0] = T(1)
+            acc = acc / counts.reshape((n,) + (1,) * (x.ndim - 1))
+    return [np.ascontiguousarray(np.moveaxis(acc.astype(x.dtype), 0, d))]
+
+
 @form("aten.median.default")
 def _median(args: list, kwargs: dict) -> list:
     """The lower median of every element (the ((n - 1) // 2)-th in ascending order); NaN

@@ -769,3 +769,37 @@ def test_unfold_and_its_backward_are_torchs():
     with pytest.raises(NoReference):  # (a gradient of another shape than the windows')
         reference("aten.unfold_backward.default", [np.zeros((2, 3, 3), np.float32), [2, 5],
                                                    1, 2, 1], {})
+
+
+@pytest.mark.parametrize("red", ["prod", "mean", "amax", "amin"])
+def test_index_reduce_is_atens_loop(red):
+    """``index_reduce_`` (prod, mean, amax, amin; with and without the tensor's own values):
+    the indexed slices from the tensor or the reduction's identity, each source slice in
+    index order (repeated indices too), mean divided by its count: torch's bits on 100
+    random cases each, a NaN propagating. Planted: mean's count without the tensor's own
+    value, or the sources in reverse order: fails."""
+    import warnings
+
+    g = torch.Generator().manual_seed(17)
+    for trial in range(50):
+        shape = (6, 4) if trial % 2 else (3, 7, 2)
+        d = trial % len(shape)
+        k = int(torch.randint(1, 9, (), generator=g))
+        dt = torch.float32 if trial % 3 else torch.float64
+        x = torch.randn(shape, generator=g, dtype=dt)
+        idx = torch.randint(0, shape[d], (k,), generator=g)
+        ss = list(shape)
+        ss[d] = k
+        src = torch.randn(ss, generator=g, dtype=dt)
+        if trial % 7 == 0:
+            src.view(-1)[0] = float("nan")
+        for incl in (True, False):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (torch: "index_reduce() is in beta")
+                want = x.clone().index_reduce_(d, idx, src, red, include_self=incl)
+            got = reference("aten.index_reduce_.default", _np([x, d, idx, src, red, incl]), {})
+            assert np.array_equal(got[0], want.numpy(), equal_nan=True), (trial, incl)
+    with pytest.raises(NoReference):
+        reference("aten.index_reduce_.default", [np.zeros((3, 2), np.float32), 0,
+                                                 np.array([5]), np.zeros((1, 2), np.float32),
+                                                 "mean", True], {})
