@@ -169,30 +169,47 @@ def _nearest(n_out: int, n_in: int, scale) -> np.ndarray:
     return np.minimum(np.floor(i.astype(np.float32) * s).astype(np.int64), n_in - 1)
 
 
-def _up_idx(in_hw, out_hw, scales):
+def _nearest_exact(n_out: int, n_in: int, scale) -> np.ndarray:
+    """torch's nearest-exact source index: ``min(floor((i + 0.5) * s), in - 1)``, the product
+    rounded to float (``floorf``'s argument), ``s`` as ``_nearest``'s."""
+    s = np.float32(1.0 / scale if scale else n_in / n_out)
+    i = np.arange(n_out).astype(np.float32) + np.float32(0.5)
+    return np.minimum(np.floor(i * s).astype(np.int64), n_in - 1)
+
+
+def _up_idx(in_hw, out_hw, scales, exact: bool = False):
     sh = scales[0] if scales else None
     sw = scales[1] if scales and len(scales) > 1 else None
-    return _nearest(out_hw[0], in_hw[0], sh), _nearest(out_hw[1], in_hw[1], sw)
+    f = _nearest_exact if exact else _nearest
+    return f(out_hw[0], in_hw[0], sh), f(out_hw[1], in_hw[1], sw)
 
 
 @form("aten.upsample_nearest2d.default", "aten.upsample_nearest2d.vec")
-def _upsample_nearest(args: list, kwargs: dict) -> list:
+def _upsample_nearest(args: list, kwargs: dict, exact: bool = False) -> list:
     x, size = args[0], opt(kwargs, args, 1, "output_size")
     scales = [opt(kwargs, args, 2, "scales_h"), opt(kwargs, args, 3, "scales_w")]
     if isinstance(scales[0], list | tuple):  # .vec: (input, output_size, scale_factors)
         scales = list(scales[0])
     if size is None:
         size = [int(np.floor(x.shape[-2 + i] * scales[i])) for i in range(2)]
-    ih, iw = _up_idx(x.shape[-2:], size, scales if any(v is not None for v in scales) else None)
+    ih, iw = _up_idx(x.shape[-2:], size, scales if any(v is not None for v in scales) else None,
+                     exact)
     return [np.array(x[..., ih[:, None], iw[None, :]])]
 
 
+@form("aten._upsample_nearest_exact2d.default", "aten._upsample_nearest_exact2d.vec")
+def _upsample_nearest_exact(args: list, kwargs: dict) -> list:
+    """``mode="nearest-exact"``: each output pixel the input's at ``min(floor((i + 0.5) *
+    s), in - 1)`` per axis (exact)."""
+    return _upsample_nearest(args, kwargs, exact=True)
+
+
 @form("aten.upsample_nearest2d_backward.default")
-def _upsample_nearest_backward(args: list, kwargs: dict) -> list:
+def _upsample_nearest_backward(args: list, kwargs: dict, exact: bool = False) -> list:
     g, out_size, in_size = args[0], args[1], args[2]
     scales = [opt(kwargs, args, 3, "scales_h"), opt(kwargs, args, 4, "scales_w")]
     ih, iw = _up_idx(in_size[-2:], out_size, scales if any(v is not None for v in scales)
-                     else None)
+                     else None, exact)
     gw = _w(g)
     planes = math.prod(in_size[:-2])
     gx = np.zeros((planes, in_size[-2] * in_size[-1]), gw.dtype)
@@ -202,6 +219,13 @@ def _upsample_nearest_backward(args: list, kwargs: dict) -> list:
     np.add.at(gx, (np.broadcast_to(rows, (planes, flat.size)),
                    np.broadcast_to(flat, (planes, flat.size))), gw.reshape(planes, -1))
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+
+
+@form("aten._upsample_nearest_exact2d_backward.default")
+def _upsample_nearest_exact_backward(args: list, kwargs: dict) -> list:
+    """From +0 each output pixel's gradient added to its nearest-exact source, the pixels in
+    row-major order."""
+    return _upsample_nearest_backward(args, kwargs, exact=True)
 
 
 # ---- pools ------------------------------------------------------------------------------------

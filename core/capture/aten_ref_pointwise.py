@@ -655,6 +655,46 @@ def _softshrink_backward(args: list, kwargs: dict) -> list:
     return [ew(fn, args[0], args[1], args[2])]
 
 
+def linalg_cross(args: list, kwargs: dict, fused: Any = None) -> np.ndarray:
+    """``linalg_cross(a, b, dim)``: ``(a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0)`` along
+    ``dim`` (of size 3, the operands broadcast), each product rounded, then the difference
+    (``fused``: ``fused(a_i, b_j, -(a_k b_l))``, the compiler's contraction of the first)."""
+    a, b = np.asarray(args[0]), np.asarray(args[1])
+    d = int(opt(kwargs, args, 2, "dim", -1))
+    out = result_type(a, b)
+    if not is_float(out) or a.ndim != b.ndim or not a.ndim:
+        raise NoReference("linalg_cross of other than float operands of one rank")
+    a, b = np.broadcast_arrays(arr(a, out), arr(b, out))
+    d = d + a.ndim if d < 0 else d
+    if not 0 <= d < a.ndim or a.shape[d] != 3:
+        raise NoReference("linalg_cross along a dimension of other than 3")
+    A, B = np.moveaxis(a, d, 0), np.moveaxis(b, d, 0)
+    with fp_quiet():
+        parts = [(fused(A[i], B[j], -(A[k] * B[m])) if fused is not None
+                  else A[i] * B[j] - A[k] * B[m]).astype(out)
+                 for i, j, k, m in ((1, 2, 2, 1), (2, 0, 0, 2), (0, 1, 1, 0))]
+    return np.ascontiguousarray(np.moveaxis(np.stack(parts), 0, d))
+
+
+@form("aten.linalg_cross.default")
+def _linalg_cross(args: list, kwargs: dict) -> list:
+    return [linalg_cross(args, kwargs)]
+
+
+@form("aten.hardshrink.default")
+def _hardshrink(args: list, kwargs: dict) -> list:
+    """``-l <= x <= l ? +0.0 : x`` (a NaN passes through), exact."""
+    def fn(v, lam):
+        return np.where((v >= -lam) & (v <= lam), v.dtype.type(0), v)
+    return [ew(fn, args[0], opt(kwargs, args, 1, "lambd", 0.5))]
+
+
+@form("aten.hardshrink_backward.default")
+def _hardshrink_backward(args: list, kwargs: dict) -> list:
+    """``x < -l or x > l ? g : 0`` (a NaN ``x`` gives 0, as torch's)."""
+    return _softshrink_backward(args, kwargs)
+
+
 @form("aten.hardtanh.default")
 def _hardtanh(args: list, kwargs: dict) -> list:
     return [_clamp(args[0], opt(kwargs, args, 1, "min_val", -1.0),

@@ -29,6 +29,7 @@ from tapescope.core.capture.aten_ref_table import (
     is_float,
     opt,
     recorded_output,
+    result_type,
 )
 from tapescope.core.capture.file import LAYOUT_KW, c_strides
 
@@ -939,6 +940,26 @@ def _index_reduce(args: list, kwargs: dict) -> list:
             counts[counts == 0] = T(1)
             acc = acc / counts.reshape((n,) + (1,) * (x.ndim - 1))
     return [np.ascontiguousarray(np.moveaxis(acc.astype(x.dtype), 0, d))]
+
+
+@form("aten.block_diag.default")
+def _block_diag(args: list, kwargs: dict) -> list:
+    """The tensors (0-d as 1 x 1, 1-d as one row) placed down the diagonal of a zero matrix
+    of their common type, exact."""
+    xs = [np.asarray(t) for t in args[0]]
+    if any(t.ndim > 2 for t in xs):
+        raise NoReference("block_diag of a tensor of more than 2 dimensions (torch raises)")
+    ms = [t.reshape(1, 1) if t.ndim == 0 else t.reshape(1, -1) if t.ndim == 1 else t
+          for t in xs]
+    out_t = result_type(*xs) if xs else np.dtype(np.float32)
+    rows, cols = sum(m.shape[0] for m in ms), sum(m.shape[1] for m in ms)
+    check_elems(rows * cols, "block_diag")
+    out = np.zeros((rows, cols), out_t)
+    r = c = 0
+    for m in ms:
+        out[r:r + m.shape[0], c:c + m.shape[1]] = m
+        r, c = r + m.shape[0], c + m.shape[1]
+    return [out]
 
 
 @form("aten.median.default")

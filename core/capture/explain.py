@@ -4846,6 +4846,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "pow" and op.endswith(".Scalar"):
         return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
                          "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]
+    if base == "linalg_cross":
+        from tapescope.core.capture.aten_ref_pointwise import linalg_cross
+        return [("fma", "PyTorch's CPU cross product (ATen's cross kernel as gcc contracts it): "
+                        "each component fma(a_i, b_j, -(a_k * b_l))",
+                 lambda a, k: linalg_cross(a, k, fused=fma))]
     if base == "_upsample_bilinear2d_aa":
         from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa
         lanes = 4 if dt == np.float32 else 2

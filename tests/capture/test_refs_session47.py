@@ -803,3 +803,62 @@ def test_index_reduce_is_atens_loop(red):
         reference("aten.index_reduce_.default", [np.zeros((3, 2), np.float32), 0,
                                                  np.array([5]), np.zeros((1, 2), np.float32),
                                                  "mean", True], {})
+
+
+def test_hardshrink_block_diag_and_nearest_exact_are_torchs():
+    """``hardshrink`` (+ backward: a NaN passes forward, gives 0 backward), ``block_diag`` (0-d
+    and 1-d blocks, mixed types, empty blocks) and ``interpolate(mode="nearest-exact")`` (+
+    backward: the source ``floor((i + 0.5) * s)`` with the product rounded to float, sizes and
+    scale factors): torch's bits. Planted: nearest-exact's index without the half pixel, or
+    hardshrink's bounds exclusive: fails."""
+    g = torch.Generator().manual_seed(18)
+    for dt in (torch.float32, torch.float64):
+        x = torch.randn(500, generator=g, dtype=dt)
+        x[:5] = torch.tensor([float("nan"), 0.5, -0.5, -0.0, float("-inf")], dtype=dt)
+        go = torch.randn(500, generator=g, dtype=dt)
+        for lam in (0.5, 0.0):
+            assert _same(reference("aten.hardshrink.default", _np([x, lam]), {}),
+                         torch.nn.functional.hardshrink(x, lam))
+            assert _same(reference("aten.hardshrink_backward.default", _np([go, x, lam]), {}),
+                         torch.ops.aten.hardshrink_backward(go, x, lam))
+    for xs in ([torch.randn(2, 3), torch.tensor(5.0), torch.randn(4),
+                torch.randn(1, 2, dtype=torch.float64)],
+               [torch.randint(0, 5, (2, 2)), torch.randn(3)],
+               [torch.randn(0, 2), torch.randn(2, 0)]):
+        assert _same(reference("aten.block_diag.default", [[t.numpy() for t in xs]], {}),
+                     torch.block_diag(*xs))
+    with pytest.raises(NoReference):
+        reference("aten.block_diag.default", [[np.zeros((2, 2, 2), np.float32)]], {})
+    for shape, size, sf in (((2, 3, 8, 8), (5, 5), None), ((1, 2, 7, 9), (16, 20), None),
+                            ((1, 1, 10, 10), None, (0.3, 1.7))):
+        for dt in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=g, dtype=dt, requires_grad=True)
+            y = torch.nn.functional.interpolate(x, size=size, scale_factor=sf,
+                                                mode="nearest-exact")
+            sc = [None, None] if sf is None else list(sf)
+            args = [x.detach().numpy(), list(y.shape[-2:]), *sc]
+            assert _same(reference("aten._upsample_nearest_exact2d.default", args, {}),
+                         y.detach())
+            go = torch.randn(y.shape, generator=g, dtype=dt)
+            gi, = torch.autograd.grad(y, x, go)
+            assert _same(reference("aten._upsample_nearest_exact2d_backward.default",
+                                   [go.numpy(), list(y.shape[-2:]), list(shape), *sc], {}), gi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_linalg_cross_is_judged_and_named_gccs_contraction(dtype):
+    """``linalg_cross``: ``(a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0)``, each product
+    rounded, then the difference; torch's kernel contracts the first product (``fma(a_i, b_j,
+    -(a_k b_l))``): named for torch's own results (along the last and the first dimension,
+    broadcast), one ulp off unknown. Planted: the second product contracted instead: fails."""
+    g = torch.Generator().manual_seed(19)
+    named = 0
+    for sa, sb, d in (((500, 3), (500, 3), -1), ((3, 7), (3, 7), 0), ((4, 3, 5), (1, 3, 5), 1)):
+        a, b = torch.randn(sa, generator=g, dtype=dtype), torch.randn(sb, generator=g, dtype=dtype)
+        named += _named_where_it_departs("aten.linalg_cross.default", _np([a, b, d]),
+                                         torch.linalg.cross(a, b, dim=d).numpy(), "fma",
+                                         "cross product")
+    assert named == 3
+    with pytest.raises(NoReference):
+        reference("aten.linalg_cross.default", [np.zeros((2, 4), np.float32),
+                                                np.zeros((2, 4), np.float32), -1], {})
