@@ -75,6 +75,15 @@ _FOREACH_BASE = {  # foreach name.overload -> the per-tensor op when not aten.<n
 }
 
 
+# in-place ops whose functional twin has another overload name (``x.pow_(2)`` is
+# ``pow_.Scalar``, a Tensor base and a Scalar exponent: ``pow.Scalar`` is a Scalar *base*)
+_INPLACE_TWIN = {
+    "pow_.Scalar": "aten.pow.Tensor_Scalar", "pow_.Tensor": "aten.pow.Tensor_Tensor",
+    "float_power_.Scalar": "aten.float_power.Tensor_Scalar",
+    "float_power_.Tensor": "aten.float_power.Tensor_Tensor",
+}
+
+
 def _split(op: str) -> tuple[str, str]:
     parts = op.split(".")
     if len(parts) != 3 or parts[0] != "aten":
@@ -152,7 +161,8 @@ def _resolve_twin(op: str) -> tuple[str, str | None]:
         return "out", _first(([f"aten.{name}.{base}"] if base else []) +
                              [f"aten.{name}.default", f"aten.{name}.Tensor"])
     if name.endswith("_"):
-        return "inplace", _first([f"aten.{name[:-1]}.{ovl}"])
+        twin = _INPLACE_TWIN.get(f"{name}.{ovl}")
+        return "inplace", _first([twin] if twin else [f"aten.{name[:-1]}.{ovl}"])
     return "none", None
 
 

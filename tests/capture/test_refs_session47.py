@@ -862,3 +862,37 @@ def test_linalg_cross_is_judged_and_named_gccs_contraction(dtype):
     with pytest.raises(NoReference):
         reference("aten.linalg_cross.default", [np.zeros((2, 4), np.float32),
                                                 np.zeros((2, 4), np.float32), -1], {})
+
+
+def test_in_place_pow_takes_its_functional_twins_form():
+    """``x.pow_(2)`` is ``pow_.Scalar`` (a tensor base, a number exponent), whose functional
+    twin is ``pow.Tensor_Scalar``: the resolver took ``pow.Scalar`` (a number *base*) by the
+    overload's name, so every in-place power (a hand-written optimizer's ``v.pow_(2)``) was
+    no reference, and ``pow_.Tensor`` found no twin at all. Now each gives its functional
+    form's result; no other in-place op's twin differs in its arguments (a scan of aten's
+    overloads, kept here)."""
+    from tapescope.core.capture.aten_ref import has_reference
+
+    x = (np.random.default_rng(20).random(50) + 0.5).astype(np.float32)
+    e = np.random.default_rng(21).random(50).astype(np.float32)
+    assert has_reference("aten.pow_.Scalar") and has_reference("aten.pow_.Tensor")
+    for p in (2, 3, 0.5, 1.7):
+        assert np.array_equal(reference("aten.pow_.Scalar", [x, p], {})[0],
+                              reference("aten.pow.Tensor_Scalar", [x, p], {})[0])
+    assert np.array_equal(reference("aten.pow_.Tensor", [x, e], {})[0],
+                          reference("aten.pow.Tensor_Tensor", [x, e], {})[0])
+    mismatched = []
+    for name in dir(torch.ops.aten):
+        if not name.endswith("_") or name.startswith(("_foreach", "__")):
+            continue
+        packet = getattr(torch.ops.aten, name)
+        for ovl in packet.overloads():
+            try:
+                f = getattr(getattr(torch.ops.aten, name[:-1]), ovl)
+            except AttributeError:
+                continue
+            if [str(a.type) for a in f._schema.arguments] != \
+                    [str(a.type) for a in getattr(packet, ovl)._schema.arguments]:
+                mismatched.append(f"{name}.{ovl}")
+    assert set(mismatched) <= {"pow_.Scalar", "float_power_.Scalar", "ldexp_.default"}, \
+        mismatched
