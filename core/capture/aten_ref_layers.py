@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -294,11 +295,36 @@ def _embedding(args: list, kwargs: dict) -> list:
     return [np.take(w, idx, axis=0)]
 
 
+def embedding_backward_by_freq(args: list, fused: Any = None) -> np.ndarray:
+    """``embedding_dense_backward`` with ``scale_grad_by_freq`` (ATen's loop): each index's
+    count over all the indices (padding's too); from +0, in index order, each row (not the
+    padding index's) adds ``g[i] * T(1 / count)`` (the double rounded once to the type; the
+    product rounded, then the sum; ``fused``: ``fused(g, scale, row)``, ATen's add with
+    alpha on its vector path)."""
+    g, idx, num, pad = args[:4]
+    rows = np.asarray(idx).astype(I64).reshape(-1)
+    gw = np.asarray(g).reshape(rows.size, -1)
+    if not is_float(gw.dtype) or (rows.size and (rows.min() < 0 or rows.max() >= int(num))):
+        raise NoReference("embedding_dense_backward: a float gradient and indices in range")
+    check_elems(int(num) * gw.shape[1], "embedding_dense_backward")
+    T = gw.dtype.type
+    counts = np.bincount(rows, minlength=int(num))
+    out = np.zeros((int(num), gw.shape[1]), gw.dtype)
+    with fp_quiet():
+        for i, k in enumerate(rows.tolist()):
+            if k == pad:
+                continue
+            sc = T(1.0 / counts[k])
+            out[k] = (fused(gw[i], np.full_like(gw[i], sc), out[k]) if fused is not None
+                      else out[k] + (gw[i] * sc).astype(gw.dtype)).astype(gw.dtype)
+    return out
+
+
 @form("aten.embedding_dense_backward.default")
 def _embedding_backward(args: list, kwargs: dict) -> list:
     g, idx, num, pad, scale = args[:5]
     if scale:
-        raise NoReference("embedding_dense_backward with scale_grad_by_freq")
+        return [embedding_backward_by_freq(args)]
     rows = np.asarray(idx).astype(I64).reshape(-1)
     gw = _w(g).reshape(rows.size, -1)
     check_elems(int(num) * gw.shape[1], "embedding_dense_backward")

@@ -4469,9 +4469,18 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 "nll_loss2d_forward"):
         return _log_softmax_ops(base)
     if base == "embedding_dense_backward":
+        from tapescope.core.capture.aten_ref_layers import embedding_backward_by_freq
+
+        def by_freq(a: list, k: dict) -> np.ndarray:
+            if not a[4]:
+                raise ValueError("written for scale_grad_by_freq")
+            return embedding_backward_by_freq(a, fused=fma)
         return [("accumulator", "PyTorch's CPU embedding backward (ATen's add into each "
                                 "index's row, in index order): a float16 / bfloat16 row's sum "
-                                "rounded to its type at every add", _embedding_backward_narrow)]
+                                "rounded to its type at every add", _embedding_backward_narrow),
+                ("fma", "PyTorch's CPU embedding backward with scale_grad_by_freq (ATen's "
+                        "add with alpha 1 / count into each index's row, in index order, its "
+                        "vector path fused: row = fma(g, alpha, row))", by_freq)]
     if base in ("convolution", "_convolution"):  # (_convolution: a traced graph's)
         ones = [_as_2d(v, False) for v in _convs(dt)]
         return ones + [_per_group(v, False) for v in ones] + [

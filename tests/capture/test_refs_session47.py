@@ -896,3 +896,22 @@ def test_in_place_pow_takes_its_functional_twins_form():
                 mismatched.append(f"{name}.{ovl}")
     assert set(mismatched) <= {"pow_.Scalar", "float_power_.Scalar", "ldexp_.default"}, \
         mismatched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_embedding_backward_scaled_by_frequency_is_judged_and_named(dtype):
+    """``nn.Embedding(scale_grad_by_freq=True)``'s backward: each index's count over all the
+    indices, and from +0 in index order each row (not the padding index's) adds ``g *
+    T(1 / count)``; torch's add with alpha fuses it (``fma(g, alpha, row)``): named for
+    torch's own results (rows of 6 to 40, a padding index), one ulp off unknown. Planted:
+    the padding index's rows counted out of the frequencies: fails."""
+    g = torch.Generator().manual_seed(22)
+    named = 0
+    op = "aten.embedding_dense_backward.default"
+    for n, dim, pad in ((30, 6, -1), (10, 40, 3), (5, 17, 0)):
+        idx = torch.randint(0, n, (4, 9), generator=g)
+        go = torch.randn(4, 9, dim, generator=g, dtype=dtype)
+        rec = torch.ops.aten.embedding_dense_backward(go, idx, n, pad, True).numpy()
+        named += _named_where_it_departs(op, [go.numpy(), idx.numpy(), n, pad, True], rec,
+                                         "fma", "scale_grad_by_freq")
+    assert named == 3
