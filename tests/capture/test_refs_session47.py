@@ -904,7 +904,7 @@ def test_embedding_backward_scaled_by_frequency_is_judged_and_named(dtype):
     indices, and from +0 in index order each row (not the padding index's) adds ``g *
     T(1 / count)``; torch's add with alpha fuses it (``fma(g, alpha, row)``): named for
     torch's own results (rows of 6 to 40, a padding index), one ulp off unknown. Planted:
-    the padding index's rows counted out of the frequencies: fails."""
+    the rows added last first: fails."""
     g = torch.Generator().manual_seed(22)
     named = 0
     op = "aten.embedding_dense_backward.default"
