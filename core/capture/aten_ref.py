@@ -82,6 +82,9 @@ _INPLACE_TWIN = {
     "float_power_.Scalar": "aten.float_power.Tensor_Scalar",
     "float_power_.Tensor": "aten.float_power.Tensor_Tensor",
 }
+# in-place ops whose functional twin takes the same arguments in another order
+# (``x.polygamma_(n)`` is ``polygamma_(self, n)``; ``polygamma(n, self)``)
+_INPLACE_ARGS = {"aten.polygamma_.default": lambda a: [a[1], a[0], *a[2:]]}
 
 
 def _split(op: str) -> tuple[str, str]:
@@ -327,7 +330,9 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
         if how == "foreach":
             return _foreach(key, op, args, kwargs)
         if how == "inplace":
-            return _into(FORMS[key](args, kwargs)[:1], [args[0]], args, kwargs.values())
+            perm = _INPLACE_ARGS.get(op)
+            return _into(FORMS[key](perm(args) if perm else args, kwargs)[:1], [args[0]], args,
+                         kwargs.values())
         target = kwargs.pop("out") if "out" in kwargs else kwargs.pop("grad_input")
         if not isinstance(target, np.ndarray):
             raise NoReference("an out= op with several outputs")
