@@ -701,14 +701,32 @@ def _upsample_bilinear(args: list, kwargs: dict) -> list:
 _AA_WEIGHTS = 1 << 24
 
 
+def _cubic_aa_filter(x: Any, T: type, fused: Callable | None) -> Any:
+    """ATen's antialias cubic filter (Keys, a = -0.5) in the type ``T``: ``((a + 2) x - (a +
+    3)) x x + 1`` below 1, ``((a x - 5a) x + 8a) x - 4a`` below 2, else 0 (``fused``: each
+    multiply-add contracted, as gcc may)."""
+    a = T(-0.5)
+    x = abs(T(x))
+
+    def ma(u, v, w):  # u * v + w
+        return T(fused(u, v, w)) if fused is not None else T(T(u * v) + w)
+    if x < 1.0:
+        return ma(T(ma(T(a + T(2)), x, -T(a + T(3))) * x), x, T(1))
+    if x < 2.0:
+        return ma(ma(ma(a, x, -T(T(5) * a)), x, T(T(8) * a)), x, -T(T(4) * a))
+    return T(0)
+
+
 def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
-                      dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      dt: np.dtype, cubic: bool = False, fused: Callable | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xmin, xsize, weights (out, max taps)) of antialiased linear resampling along one axis,
     as ATen computes them (``_compute_indices_min_size_weights_aa``, Pillow's triangle filter)
     in the input's type ``dt``: the scale ``in / out`` (or ``1 / scale_factor``; align_corners
     ``(in - 1) / (out - 1)``), the support ``scale`` past 1 (else 1), each tap's weight ``1 -
     |(j + xmin - center + 0.5) * invscale|`` (the steps' double and float roundings
-    ATen's), the weights divided by their float sum."""
+    ATen's), the weights divided by their float sum. ``cubic``: the bicubic filter
+    (``_cubic_aa_filter``, ``fused`` its contraction) with twice the support."""
     T = dt.type
     if align:
         scale = T(T(in_size - 1) / T(out_size - 1)) if out_size > 1 else T(0)
@@ -717,7 +735,8 @@ def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
     else:
         scale = T(T(in_size) / T(out_size))
     s64 = float(scale)
-    support = T(1.0 * s64) if s64 >= 1.0 else T(1.0)
+    half = 2.0 if cubic else 1.0  # (interp_size * 0.5)
+    support = T(half * s64) if s64 >= 1.0 else T(half)
     taps = int(math.ceil(float(support))) * 2 + 1
     if out_size * taps > _AA_WEIGHTS:  # (about twice the input's extent plus the output's)
         raise NoReference(f"antialiased resampling's weights: {out_size * taps:,} past "
@@ -735,7 +754,8 @@ def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
         total = T(0)
         for j in range(n):
             a = abs(T((float(T(T(j + lo) - center)) + 0.5) * float(invscale)))
-            w = T(1.0 - float(a)) if a < 1.0 else T(0)
+            w = _cubic_aa_filter(a, T, fused) if cubic else T(1.0 - float(a)) if a < 1.0 \
+                else T(0)
             wts[i, j] = w
             total = T(total + w)
         if total != 0:
@@ -764,16 +784,21 @@ def aa_resample(x: np.ndarray, axis: int, xmin: np.ndarray, xsize: np.ndarray,
     return np.moveaxis(out, -1, axis)
 
 
+def _scalar_fused(fused: Callable) -> Callable:
+    """``fused`` (an array fma) on three scalars, its result a scalar of their type."""
+    return lambda u, v, w: fused(np.asarray(u), np.asarray(v), np.asarray(w))[()]
+
+
 def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None,
-                        lanes: int = 0) -> list:
+                        lanes: int = 0, cubic: bool = False) -> list:
     """``_upsample_bilinear2d_aa`` (``F.interpolate(..., antialias=True)``: torchvision's
     resize of a tensor) as ATen's separable kernel orders it: the width first (where it
     changes) into a buffer of the input's type, then the height; each output a sum over its
     taps in order from the first product (``aa_linear_weights``'s weights)."""
     x = np.asarray(args[0])
     if x.ndim != 4 or x.dtype not in (F32, np.dtype(np.float64)):
-        raise NoReference("antialiased bilinear resampling of other than 4-d float32 / "
-                          "float64 input")
+        raise NoReference("antialiased resampling of other than 4-d float32 / float64 input")
+    wf = _scalar_fused(fused) if cubic and fused is not None else None
     size = opt(kwargs, args, 1, "output_size")
     align, sh, sw = _bilinear_args(args, kwargs, x.shape[-2:], size, 2)
     if size is None:
@@ -789,7 +814,8 @@ def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None
         for axis, n, sc in ((3, size[1], sw), (2, size[0], sh)):
             if y.shape[axis] != n:
                 y = aa_resample(y, axis, *aa_linear_weights(y.shape[axis], n, align, sc,
-                                                             x.dtype), fused=fused, lanes=lanes)
+                                                             x.dtype, cubic, wf),
+                                fused=fused, lanes=lanes)
     return [np.array(y, x.dtype)]
 
 
@@ -880,8 +906,8 @@ def _fractional_max_pool2d_backward(args: list, kwargs: dict) -> list:
 _AA_BACKWARD_TERMS = 1 << 20  # (output pixels times taps: the backward's loop is per pixel)
 
 
-def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | None = None
-                                  ) -> list:
+def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | None = None,
+                                  cubic: bool = False) -> list:
     """``_upsample_bilinear2d_aa_backward`` as ATen's ``cpu_upsample_genNd_backward_aa``
     orders it: the gradient from +0; for each output pixel in row-major order, each of its
     taps (rows, then columns; the forward's weights) ``gi[tap] += (wx * wy) * g``, each step
@@ -895,8 +921,9 @@ def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | No
                           "float64 gradient of the output's shape")
     align, sh, sw = _bilinear_args(args, kwargs, in_size[-2:], out_hw, 3)
     check_elems(math.prod(in_size), "_upsample_bilinear2d_aa_backward")
-    ymin, ysize, wy = aa_linear_weights(in_size[2], out_hw[0], align, sh, g.dtype)
-    xmin, xsize, wx = aa_linear_weights(in_size[3], out_hw[1], align, sw, g.dtype)
+    wf = _scalar_fused(fused) if cubic and fused is not None else None
+    ymin, ysize, wy = aa_linear_weights(in_size[2], out_hw[0], align, sh, g.dtype, cubic, wf)
+    xmin, xsize, wx = aa_linear_weights(in_size[3], out_hw[1], align, sw, g.dtype, cubic, wf)
     if out_hw[0] * out_hw[1] * wy.shape[1] * wx.shape[1] > _AA_BACKWARD_TERMS:
         raise NoReference("antialiased bilinear backward past the form's "
                           f"{_AA_BACKWARD_TERMS:,} pixel taps")
@@ -925,6 +952,19 @@ def _upsample_bilinear_aa_backward(args: list, kwargs: dict) -> list:
 @form("aten._upsample_bilinear2d_aa.default", "aten._upsample_bilinear2d_aa.vec")
 def _upsample_bilinear_aa(args: list, kwargs: dict) -> list:
     return upsample_bilinear_aa(args, kwargs)
+
+
+@form("aten._upsample_bicubic2d_aa.default", "aten._upsample_bicubic2d_aa.vec")
+def _upsample_bicubic_aa(args: list, kwargs: dict) -> list:
+    """``interpolate(mode="bicubic", antialias=True)``: the bilinear one's order with ATen's
+    cubic filter (Keys, a = -0.5; twice the support) computed without an fma."""
+    return upsample_bilinear_aa(args, kwargs, cubic=True)
+
+
+@form("aten._upsample_bicubic2d_aa_backward.default",
+      "aten._upsample_bicubic2d_aa_backward.vec")
+def _upsample_bicubic_aa_backward(args: list, kwargs: dict) -> list:
+    return upsample_bilinear_aa_backward(args, kwargs, cubic=True)
 
 
 @form("aten.upsample_bilinear2d_backward.default")

@@ -4868,6 +4868,22 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                         f"gcc's vectors of {lanes} added in order, the last (taps - 1) % "
                         f"{lanes} taps contracted (fma)",
                  lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes)[0])]
+    if base in ("_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward"):
+        from tapescope.core.capture.aten_ref_conv import (
+            upsample_bilinear_aa,
+            upsample_bilinear_aa_backward,
+        )
+        lanes = 4 if dt == np.float32 else 2
+        if base.endswith("_backward"):
+            return [("fma", "PyTorch's CPU antialiased bicubic backward: its cubic filter's "
+                            "weights contracted (fma), per output pixel each tap gi = fma(wx * "
+                            "wy, g, gi)", lambda a, k: upsample_bilinear_aa_backward(
+                                a, k, fused=fma, cubic=True)[0])]
+        return [("fma", "PyTorch's CPU antialiased bicubic resampling: its cubic filter's "
+                        "weights contracted (fma), each output's tap products in gcc's vectors "
+                        f"of {lanes} added in order, the last (taps - 1) % {lanes} contracted",
+                 lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes,
+                                                   cubic=True)[0])]
     if base == "_upsample_bilinear2d_aa_backward":
         from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa_backward
         return [("fma", "PyTorch's CPU antialiased bilinear backward (ATen's "

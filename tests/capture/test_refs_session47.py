@@ -916,3 +916,30 @@ def test_embedding_backward_scaled_by_frequency_is_judged_and_named(dtype):
         named += _named_where_it_departs(op, [go.numpy(), idx.numpy(), n, pad, True], rec,
                                          "fma", "scale_grad_by_freq")
     assert named == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_antialiased_bicubic_resampling_is_judged_and_named(dtype):
+    """``interpolate(mode="bicubic", antialias=True)`` (torchvision's bicubic tensor resize)
+    and its backward: the bilinear one's order with ATen's cubic filter (Keys, a = -0.5,
+    twice the support) computed without an fma; torch's filter is contracted (read back
+    through one-hot inputs: the fused weights are its bits), its sums as the bilinear
+    kernel's. Named ``fma`` for torch's own results and gradients, one ulp off unknown.
+    Planted: the weights' filter not contracted in the variant: fails."""
+    g = torch.Generator().manual_seed(23)
+    named = 0
+    for shape, size in (((2, 3, 16, 16), (8, 8)), ((1, 2, 32, 24), (10, 7)),
+                        ((1, 1, 8, 8), (16, 12))):
+        x = torch.rand(shape, generator=g, dtype=dtype, requires_grad=True)
+        y = torch.nn.functional.interpolate(x, size=size, mode="bicubic", antialias=True)
+        named += _named_where_it_departs(
+            "aten._upsample_bicubic2d_aa.default",
+            [x.detach().numpy(), list(size), False, None, None], y.detach().numpy(), "fma",
+            "bicubic")
+        go = torch.randn(y.shape, generator=g, dtype=dtype)
+        gi, = torch.autograd.grad(y, x, go)
+        named += _named_where_it_departs(
+            "aten._upsample_bicubic2d_aa_backward.default",
+            [go.numpy(), list(size), list(shape), False, None, None], gi.numpy(), "fma",
+            "bicubic")
+    assert named == 6
