@@ -78,9 +78,9 @@ _FOREACH_BASE = {  # foreach name.overload -> the per-tensor op when not aten.<n
 # in-place ops whose functional twin has another overload name (``x.pow_(2)`` is
 # ``pow_.Scalar``, a Tensor base and a Scalar exponent: ``pow.Scalar`` is a Scalar *base*)
 _INPLACE_TWIN = {
-    "pow_.Scalar": "aten.pow.Tensor_Scalar", "pow_.Tensor": "aten.pow.Tensor_Tensor",
-    "float_power_.Scalar": "aten.float_power.Tensor_Scalar",
-    "float_power_.Tensor": "aten.float_power.Tensor_Tensor",
+    "aten.pow_.Scalar": "aten.pow.Tensor_Scalar", "aten.pow_.Tensor": "aten.pow.Tensor_Tensor",
+    "aten.float_power_.Scalar": "aten.float_power.Tensor_Scalar",
+    "aten.float_power_.Tensor": "aten.float_power.Tensor_Tensor",
 }
 # in-place ops whose functional twin takes the same arguments in another order
 # (``x.polygamma_(n)`` is ``polygamma_(self, n)``; ``polygamma(n, self)``)
@@ -164,7 +164,7 @@ def _resolve_twin(op: str) -> tuple[str, str | None]:
         return "out", _first(([f"aten.{name}.{base}"] if base else []) +
                              [f"aten.{name}.default", f"aten.{name}.Tensor"])
     if name.endswith("_"):
-        twin = _INPLACE_TWIN.get(f"{name}.{ovl}")
+        twin = _INPLACE_TWIN.get(op)
         return "inplace", _first([twin] if twin else [f"aten.{name[:-1]}.{ovl}"])
     return "none", None
 

@@ -717,10 +717,10 @@ def _cubic_aa_filter(x: Any, T: type, fused: Callable | None) -> Any:
     return T(0)
 
 
-def aa_linear_weights(in_size: int, out_size: int, align: bool, scale_opt: Any,
-                      dt: np.dtype, cubic: bool = False, fused: Callable | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(xmin, xsize, weights (out, max taps)) of antialiased linear resampling along one axis,
+def aa_weights(in_size: int, out_size: int, align: bool, scale_opt: Any, dt: np.dtype,
+               cubic: bool = False, fused: Callable | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xmin, xsize, weights (out, max taps)) of antialiased resampling along one axis,
     as ATen computes them (``_compute_indices_min_size_weights_aa``, Pillow's triangle filter)
     in the input's type ``dt``: the scale ``in / out`` (or ``1 / scale_factor``; align_corners
     ``(in - 1) / (out - 1)``), the support ``scale`` past 1 (else 1), each tap's weight ``1 -
@@ -789,12 +789,13 @@ def _scalar_fused(fused: Callable) -> Callable:
     return lambda u, v, w: fused(np.asarray(u), np.asarray(v), np.asarray(w))[()]
 
 
-def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None,
-                        lanes: int = 0, cubic: bool = False) -> list:
+def upsample_aa(args: list, kwargs: dict, fused: Callable | None = None, lanes: int = 0,
+                cubic: bool = False) -> list:
     """``_upsample_bilinear2d_aa`` (``F.interpolate(..., antialias=True)``: torchvision's
-    resize of a tensor) as ATen's separable kernel orders it: the width first (where it
-    changes) into a buffer of the input's type, then the height; each output a sum over its
-    taps in order from the first product (``aa_linear_weights``'s weights)."""
+    resize of a tensor; ``cubic``: ``_upsample_bicubic2d_aa``'s filter) as ATen's separable
+    kernel orders it: the width first (where it changes) into a buffer of the input's type,
+    then the height; each output a sum over its taps in order from the first product
+    (``aa_weights``'s weights)."""
     x = np.asarray(args[0])
     if x.ndim != 4 or x.dtype not in (F32, np.dtype(np.float64)):
         raise NoReference("antialiased resampling of other than 4-d float32 / float64 input")
@@ -813,7 +814,7 @@ def upsample_bilinear_aa(args: list, kwargs: dict, fused: Callable | None = None
     with fp_quiet():
         for axis, n, sc in ((3, size[1], sw), (2, size[0], sh)):
             if y.shape[axis] != n:
-                y = aa_resample(y, axis, *aa_linear_weights(y.shape[axis], n, align, sc,
+                y = aa_resample(y, axis, *aa_weights(y.shape[axis], n, align, sc,
                                                              x.dtype, cubic, wf),
                                 fused=fused, lanes=lanes)
     return [np.array(y, x.dtype)]
@@ -906,12 +907,13 @@ def _fractional_max_pool2d_backward(args: list, kwargs: dict) -> list:
 _AA_BACKWARD_TERMS = 1 << 20  # (output pixels times taps: the backward's loop is per pixel)
 
 
-def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | None = None,
-                                  cubic: bool = False) -> list:
-    """``_upsample_bilinear2d_aa_backward`` as ATen's ``cpu_upsample_genNd_backward_aa``
-    orders it: the gradient from +0; for each output pixel in row-major order, each of its
-    taps (rows, then columns; the forward's weights) ``gi[tap] += (wx * wy) * g``, each step
-    rounded (``fused``: ``fused(wx * wy, g, acc)``, the compiler's contraction)."""
+def upsample_aa_backward(args: list, kwargs: dict, fused: Callable | None = None,
+                         cubic: bool = False) -> list:
+    """``_upsample_bilinear2d_aa_backward`` (``cubic``: the bicubic one's) as ATen's
+    ``cpu_upsample_genNd_backward_aa`` orders it: the gradient from +0; for each output pixel
+    in row-major order, each of its taps (rows, then columns; the forward's weights) ``gi[tap]
+    += (wx * wy) * g``, each step rounded (``fused``: ``fused(wx * wy, g, acc)``, the
+    compiler's contraction)."""
     g = np.asarray(args[0])
     out_hw, in_size = [int(v) for v in args[1]], [int(v) for v in args[2]]
     if g.ndim != 4 or g.dtype not in (F32, np.dtype(np.float64)) or len(in_size) != 4 \
@@ -922,8 +924,8 @@ def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | No
     align, sh, sw = _bilinear_args(args, kwargs, in_size[-2:], out_hw, 3)
     check_elems(math.prod(in_size), "_upsample_bilinear2d_aa_backward")
     wf = _scalar_fused(fused) if cubic and fused is not None else None
-    ymin, ysize, wy = aa_linear_weights(in_size[2], out_hw[0], align, sh, g.dtype, cubic, wf)
-    xmin, xsize, wx = aa_linear_weights(in_size[3], out_hw[1], align, sw, g.dtype, cubic, wf)
+    ymin, ysize, wy = aa_weights(in_size[2], out_hw[0], align, sh, g.dtype, cubic, wf)
+    xmin, xsize, wx = aa_weights(in_size[3], out_hw[1], align, sw, g.dtype, cubic, wf)
     if out_hw[0] * out_hw[1] * wy.shape[1] * wx.shape[1] > _AA_BACKWARD_TERMS:
         raise NoReference("antialiased bilinear backward past the form's "
                           f"{_AA_BACKWARD_TERMS:,} pixel taps")
@@ -946,25 +948,25 @@ def upsample_bilinear_aa_backward(args: list, kwargs: dict, fused: Callable | No
 @form("aten._upsample_bilinear2d_aa_backward.default",
       "aten._upsample_bilinear2d_aa_backward.vec")
 def _upsample_bilinear_aa_backward(args: list, kwargs: dict) -> list:
-    return upsample_bilinear_aa_backward(args, kwargs)
+    return upsample_aa_backward(args, kwargs)
 
 
 @form("aten._upsample_bilinear2d_aa.default", "aten._upsample_bilinear2d_aa.vec")
 def _upsample_bilinear_aa(args: list, kwargs: dict) -> list:
-    return upsample_bilinear_aa(args, kwargs)
+    return upsample_aa(args, kwargs)
 
 
 @form("aten._upsample_bicubic2d_aa.default", "aten._upsample_bicubic2d_aa.vec")
 def _upsample_bicubic_aa(args: list, kwargs: dict) -> list:
     """``interpolate(mode="bicubic", antialias=True)``: the bilinear one's order with ATen's
     cubic filter (Keys, a = -0.5; twice the support) computed without an fma."""
-    return upsample_bilinear_aa(args, kwargs, cubic=True)
+    return upsample_aa(args, kwargs, cubic=True)
 
 
 @form("aten._upsample_bicubic2d_aa_backward.default",
       "aten._upsample_bicubic2d_aa_backward.vec")
 def _upsample_bicubic_aa_backward(args: list, kwargs: dict) -> list:
-    return upsample_bilinear_aa_backward(args, kwargs, cubic=True)
+    return upsample_aa_backward(args, kwargs, cubic=True)
 
 
 @form("aten.upsample_bilinear2d_backward.default")

@@ -4348,6 +4348,10 @@ def _aten_prod(args: list, kw: dict) -> np.ndarray:
     return aten_reduce_vec(x, np.multiply, dim, bool(keep))
 
 
+_AA_OPS = ("_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward",
+           "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward")
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -4860,36 +4864,20 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("fma", "PyTorch's CPU cross product (ATen's cross kernel as gcc contracts it): "
                         "each component fma(a_i, b_j, -(a_k * b_l))",
                  lambda a, k: linalg_cross(a, k, fused=fma))]
-    if base == "_upsample_bilinear2d_aa":
-        from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa
-        lanes = 4 if dt == np.float32 else 2
-        return [("fma", "PyTorch's CPU antialiased bilinear resampling (ATen's separable "
-                        "kernel, the width then the height): each output's tap products in "
-                        f"gcc's vectors of {lanes} added in order, the last (taps - 1) % "
-                        f"{lanes} taps contracted (fma)",
-                 lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes)[0])]
-    if base in ("_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward"):
-        from tapescope.core.capture.aten_ref_conv import (
-            upsample_bilinear_aa,
-            upsample_bilinear_aa_backward,
-        )
-        lanes = 4 if dt == np.float32 else 2
+    if base in _AA_OPS:  # (antialiased resize: torchvision's, bilinear and bicubic)
+        from tapescope.core.capture.aten_ref_conv import upsample_aa, upsample_aa_backward
+        cubic, lanes = "bicubic" in base, 4 if dt == np.float32 else 2
+        filt = ("its cubic filter's weights contracted (fma), " if cubic else "")
         if base.endswith("_backward"):
-            return [("fma", "PyTorch's CPU antialiased bicubic backward: its cubic filter's "
-                            "weights contracted (fma), per output pixel each tap gi = fma(wx * "
-                            "wy, g, gi)", lambda a, k: upsample_bilinear_aa_backward(
-                                a, k, fused=fma, cubic=True)[0])]
-        return [("fma", "PyTorch's CPU antialiased bicubic resampling: its cubic filter's "
-                        "weights contracted (fma), each output's tap products in gcc's vectors "
-                        f"of {lanes} added in order, the last (taps - 1) % {lanes} contracted",
-                 lambda a, k: upsample_bilinear_aa(a, k, fused=fma, lanes=lanes,
-                                                   cubic=True)[0])]
-    if base == "_upsample_bilinear2d_aa_backward":
-        from tapescope.core.capture.aten_ref_conv import upsample_bilinear_aa_backward
-        return [("fma", "PyTorch's CPU antialiased bilinear backward (ATen's "
-                        "cpu_upsample_genNd_backward_aa): per output pixel in order, each tap "
-                        "gi = fma(wx * wy, g, gi)",
-                 lambda a, k: upsample_bilinear_aa_backward(a, k, fused=fma)[0])]
+            return [("fma", f"PyTorch's CPU antialiased {'bicubic' if cubic else 'bilinear'} "
+                            f"backward (ATen's cpu_upsample_genNd_backward_aa): {filt}per "
+                            "output pixel in order, each tap gi = fma(wx * wy, g, gi)",
+                     lambda a, k: upsample_aa_backward(a, k, fused=fma, cubic=cubic)[0])]
+        return [("fma", f"PyTorch's CPU antialiased {'bicubic' if cubic else 'bilinear'} "
+                        f"resampling (ATen's separable kernel, the width then the height): "
+                        f"{filt}each output's tap products in gcc's vectors of {lanes} added "
+                        f"in order, the last (taps - 1) % {lanes} taps contracted (fma)",
+                 lambda a, k: upsample_aa(a, k, fused=fma, lanes=lanes, cubic=cubic)[0])]
     if base.rstrip("_") == "digamma":
         return [("libm", "PyTorch's CPU digamma (ATen's calc_digamma, Cephes' psi in the "
                          "input's type: x pushed to 10 or past by result -= 1 / x steps, then "

@@ -471,7 +471,7 @@ def test_antialiased_resampling_weights_are_atens(dtype):
     taps and weights (Pillow's triangle filter as ATen computes it, its double and float
     steps) are torch's bit for bit: resampling one-hot rows shows each weight alone (a
     product by 1, sums of zeros). Planted: the support not scaled past 1: fails."""
-    from tapescope.core.capture.aten_ref_conv import aa_linear_weights
+    from tapescope.core.capture.aten_ref_conv import aa_weights
 
     np_dt = np.dtype(str(dtype).split(".")[-1])
     for n_in, n_out, align, sc in ((32, 7, False, None), (64, 20, False, None),
@@ -485,7 +485,7 @@ def test_antialiased_resampling_weights_are_atens(dtype):
             t = torch.nn.functional.interpolate(eye, scale_factor=(1.0, sc), mode="bilinear",
                                                 antialias=True)
         t = t[0, 0].numpy()
-        xmin, xsize, w = aa_linear_weights(n_in, n_out, align, sc, np_dt)
+        xmin, xsize, w = aa_weights(n_in, n_out, align, sc, np_dt)
         mine = np.zeros((n_in, n_out), np_dt)
         for i in range(n_out):
             mine[xmin[i]:xmin[i] + xsize[i], i] = w[i, :xsize[i]]
