@@ -2332,7 +2332,49 @@ def _convs(dt: np.dtype) -> list[_Variant]:
                                          + (f"{blk}-channel blocks" if blk else "one block")
                                          + f", {says} (oneDNN)", run,
                         _screen(run, _conv_image)))
+    # (after the direct orders: the one-block and 16-channel ones name themselves first)
+    out.append(("reassociation", "oneDNN's 1x1 convolution (jit_1x1): the input channels in "
+                                 "reduce blocks of one size and a shorter last one, the first "
+                                 "block's fma chain starting from the bias, each other's from "
+                                 "zero and added in order", _Fits(_onednn_1x1_fwd)))
     return out
+
+
+def _onednn_1x1_fwd(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """oneDNN's 1x1 convolution forward (``jit_1x1:avx512_core``, ONEDNN_VERBOSE): per output,
+    the input channels in reduce blocks of one size with a shorter last one (oneDNN's
+    ``nb_reduce_blocking``, picked from the cache sizes: measured on a Zen 4 with 1 MiB of L2,
+    80 channels of 96-384 at 12x12-16x16 pixels, 256 of 512-1024 at 7x7, one block of up to
+    64, and of 192 at 28x28), the first block's fma chain starting from the bias (from zero
+    without one), each other block's from zero, added to the sum in order. Fitted: the block
+    (a multiple of 16) on a sample of the first image's outputs; ValueError where none fits."""
+    x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    st, pad, _, transposed, _, groups = args[3:9]
+    if x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4 or \
+            w.shape[2:] != (1, 1) or transposed or int(groups) != 1 or \
+            any(int(v) for v in pad) or len(st) != 2 or min(int(v) for v in st) < 1:
+        raise ValueError("written for a float32 1x1 convolution of one group, no padding")
+    bias = None if b is None else np.asarray(b, np.float32)
+    xs = np.ascontiguousarray(x[:, :, ::int(st[0]), ::int(st[1])])
+    n, c = xs.shape[:2]
+    m = w.shape[0]
+    if recorded.shape != (n, m) + xs.shape[2:] or n * c * m * xs.shape[2] * xs.shape[3] > \
+            _budget()[0]:
+        raise ValueError("not this geometry, or past the search's budget")
+    wm = w.reshape(m, c)
+    sx = xs[0].reshape(c, -1)[:, :32]  # the sample: 16 output channels x 32 pixels
+    want = np.ascontiguousarray(recorded[0].reshape(m, -1)[:16, :32]).view(np.uint32)
+    start = np.zeros(want.shape, np.float32)
+    if bias is not None:
+        start += bias[:16].reshape(-1, 1)
+    blk = _reduce_blocks_fit(wm[:16], sx, start, want)
+    if blk is None:
+        raise ValueError("no block size reproduces the sample")
+    at = {"strides": [1, 1], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
+    y = _conv_direct(blk if blk < c else 0, None if bias is None else "start")(
+        [xs, np.asarray(w, np.float32)] + ([] if bias is None else [bias]), at)
+    return np.asarray(y, np.float32), (f"{blk}-channel reduce blocks" if blk < c
+                                       else "one block")
 
 
 # the written-out convolution gradients run their fma chains in numpy (~15 array passes an
@@ -3444,6 +3486,61 @@ def _onednn_1x1_wgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
                         f"blocks of {blk} pixels, {t} thread{'s' if t > 1 else ''}, "
                         f"{step} block{'s' if step > 1 else ''} a call")
     raise ValueError("no thread count or step gives these bits")
+
+
+def _reduce_blocks_fit(wm: np.ndarray, xs: np.ndarray, start: np.ndarray,
+                       want: np.ndarray) -> int | None:
+    """The reduce block (a multiple of 16, or the whole) whose chains give ``want`` (a sample,
+    float32 bits): ``wm @ xs`` over k in blocks, the first block's fma chain from ``start``,
+    each other's from zero, added in order (oneDNN's jit_1x1 kernels); None where none does."""
+    k = wm.shape[1]
+    for blk in dict.fromkeys([k, 80, 256, 128, *range(16, k, 16)]):
+        if blk > k:
+            continue
+        acc = None
+        for k0 in range(0, k, blk):
+            part = _chain_onto(start if k0 == 0 else np.zeros_like(start),
+                               wm[:, k0:k0 + blk], xs[k0:k0 + blk])
+            acc = part if acc is None else (acc + part).astype(np.float32)
+        if np.array_equal(acc.view(np.uint32), want):
+            return blk
+    return None
+
+
+def _onednn_1x1_dgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """oneDNN's 1x1 convolution backward input gradient (``jit_1x1:avx512_core``, measured on a
+    Zen 4): per input element, the output channels in reduce blocks of one size with a shorter
+    last one (as the forward's, ``_onednn_1x1_fwd``), each block's fma chain from zero, the
+    blocks added in order; a strided one's gradient zero between its strided pixels. Fitted:
+    the block on a sample of the first image's elements."""
+    try:
+        g, x, w, mask, pad, transposed, (sh, sw) = _conv_bwd_geometry(args)
+    except ValueError as e:
+        raise ValueError(f"not the measured geometry: {e}") from None
+    if not mask[0] or transposed or w.shape[2:] != (1, 1) or any(pad) or \
+            recorded.shape != x.shape:
+        raise ValueError("written for the input gradient of a 1x1 convolution, no padding")
+    n, o = g.shape[:2]
+    c = x.shape[1]
+    if g.shape[2:] != x[:, :, ::sh, ::sw].shape[2:] or g.size * c > _budget()[0]:
+        raise ValueError("not this geometry, or past the search's budget")
+    wt = np.ascontiguousarray(w.reshape(o, c).T)  # (c, o)
+    gm = np.ascontiguousarray(g).reshape(n, o, -1)
+    want = np.ascontiguousarray(recorded[0][:16, ::sh, ::sw].reshape(min(16, c), -1)[:, :32])
+    blk = _reduce_blocks_fit(wt[:16], gm[0][:, :32], np.zeros(want.shape, np.float32),
+                             want.view(np.uint32))
+    if blk is None:
+        raise ValueError("no block size reproduces the sample")
+    dx = np.zeros(x.shape, np.float32)
+    for i in range(n):
+        acc = None
+        for k0 in range(0, o, blk):
+            part = _chain_onto(np.zeros((c, gm.shape[2]), np.float32), wt[:, k0:k0 + blk],
+                               gm[i][k0:k0 + blk])
+            acc = part if acc is None else (acc + part).astype(np.float32)
+        dx[i][:, ::sh, ::sw] = acc.reshape((c,) + g.shape[2:])
+    return (_masked((dx, None, None), mask),
+            f"{blk}-channel reduce blocks" if blk < o else "one block")
 
 
 def _pixel_chain(acc: np.ndarray, a_: np.ndarray, b_: np.ndarray, chain: list) -> bool:
@@ -4573,7 +4670,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "images' pixels in blocks of best_divider(pixels, 7, 16), the (image, "
                     "block) list split among the threads, each call one fma chain from zero "
                     "over one image's blocks added to its thread's sum, the threads' sums "
-                    "added in order", _Fits(_onednn_1x1_wgrad))] + [
+                    "added in order", _Fits(_onednn_1x1_wgrad)),
+            ("reassociation", "oneDNN's 1x1 convolution backward input gradient (jit_1x1): "
+                              "the output channels in reduce blocks of one size and a shorter "
+                              "last one, each block's fma chain from zero, the blocks added in "
+                              "order", _Fits(_onednn_1x1_dgrad))] + [
             ("fma", "PyTorch's CPU 1x1 convolution backward weight gradient: each image one "
                     f"MKL sgemm over its pixels (k panels added in turn), the images in {t} "
                     f"run{'s' if t > 1 else ''} (one per thread) accumulated in order, the "
