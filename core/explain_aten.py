@@ -2112,6 +2112,172 @@ def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool,
     return out
 
 
+def _dgemm_amd_pairs(t: np.ndarray) -> np.ndarray:
+    """MKL's AMD dgemm for one output row or column (``mkl_dgemm_amd``): the products ``t``
+    (..., k, n) summed as two sums without FMA: the first term (and the second where k is
+    even) the first sum's start, then the rest in pairs, the first of each into the first sum
+    and the second into the second, the two added."""
+    k = t.shape[-2]
+    if k == 0:
+        return np.zeros(t.shape[:-2] + t.shape[-1:])
+    s0 = t[..., 0, :] + t[..., 1, :] if k % 2 == 0 else t[..., 0, :].copy()
+    s1 = np.zeros_like(s0)
+    for j in range(2 if k % 2 == 0 else 1, k, 2):
+        s0 = s0 + t[..., j, :]
+        s1 = s1 + t[..., j + 1, :]
+    return s0 + s1
+
+
+#: multiply-adds ``mkl_dgemm_amd`` runs at most (its k loop is Python's, each step a numpy
+#: pass over the output); its last columns' products are held whole: a 64th of it (37 MB)
+_DGEMM_AMD_TERMS = 3 * 10 ** 8
+
+
+def _dgemm_amd_quad(t: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """A 4-column group of ``mkl_dgemm_amd`` over the products ``t`` (rows, k, cols): per row
+    two sums without FMA, of the even terms and of the odd ones (up to an even count), added,
+    the last term of an odd count after; a row with ``head`` (its terms start off a 16-byte
+    boundary) has its first term peeled into the even sum first."""
+    out = np.empty((t.shape[0], t.shape[2]))
+    k = t.shape[1]
+    for h in (0, 1):
+        sel = np.nonzero(head == h)[0]
+        if not len(sel) or k == 0:
+            out[sel] = 0.0
+            continue
+        tt = t[sel]
+        even, odd = np.zeros(out[sel].shape), np.zeros(out[sel].shape)
+        if h:
+            even = even + tt[:, 0]
+        pairs = h + (k - h) // 2 * 2
+        for j in range(h, pairs, 2):
+            even = even + tt[:, j]
+            odd = odd + tt[:, j + 1]
+        out[sel] = even + odd if pairs == k else (even + odd) + tt[:, k - 1]
+    return out
+
+
+def _dgemm_amd_lanes(t: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """The last 1-3 columns of ``mkl_dgemm_amd`` over the products ``t`` (rows, k, cols): 8
+    lanes without FMA over the terms up to a multiple of 8 (term j in lane j % 8), folded
+    ``((0 + 2) + (4 + 6)) + ((1 + 3) + (5 + 7))``, the rest added in order after; a row with
+    ``head`` has its first term peeled as lane 0's start, the lanes from its second."""
+    out = np.empty((t.shape[0], t.shape[2]))
+    k = t.shape[1]
+    for h in (0, 1):
+        sel = np.nonzero(head == h)[0]
+        if not len(sel):
+            continue
+        tt = t[sel]
+        lanes = [np.zeros(out[sel].shape) for _ in range(8)]
+        if h and k:
+            lanes[0] = lanes[0] + tt[:, 0]
+        h = min(h, k)
+        whole = h + (k - h) // 8 * 8
+        for j in range(h, whole):
+            lanes[(j - h) % 8] = lanes[(j - h) % 8] + tt[:, j]
+        r = ((lanes[0] + lanes[2]) + (lanes[4] + lanes[6])) + \
+            ((lanes[1] + lanes[3]) + (lanes[5] + lanes[7]))
+        for j in range(whole, k):
+            r = r + tt[:, j]
+        out[sel] = r
+    return out
+
+
+def _dgemm_amd_pairs(t: np.ndarray) -> np.ndarray:
+    """``mkl_dgemm_amd`` for one output row or column: the products ``t`` (..., k, n) summed
+    as two sums without FMA: the first term (and the second where k is even) the first sum's
+    start, then the rest in pairs, the first of each into the first sum and the second into
+    the second, the two added."""
+    k = t.shape[-2]
+    if k == 0:
+        return np.zeros(t.shape[:-2] + t.shape[-1:])
+    s0 = t[..., 0, :] + t[..., 1, :] if k % 2 == 0 else t[..., 0, :].copy()
+    s1 = np.zeros_like(s0)
+    for j in range(2 if k % 2 == 0 else 1, k, 2):
+        s0 = s0 + t[..., j, :]
+        s1 = s1 + t[..., j + 1, :]
+    return s0 + s1
+
+
+def mkl_dgemm_amd(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """``c + a @ b`` (float64, 2-d; ``b`` a weight's transposed view, as ``nn.Linear`` hands
+    it to ``addmm`` or ``mm``) as MKL's dgemm runs it on an AMD CPU (measured on an AMD EPYC,
+    Zen 4, MKL 2024.2, torch 2.13 at two threads: FPRev trees, then random products of 8-1,000
+    rows, 1-100 columns, 1-512 terms, every bit but where written below). The rows in groups
+    of 4, and in them:
+
+    - the columns in groups of 12: each output one fma chain over k in order, from ``c``
+      (from zero without one);
+    - then groups of 4 columns (``_dgemm_amd_quad``): two sums without FMA (each product
+      rounded, then added), of the even terms and of the odd ones, added, then ``c``;
+    - the last 1-3 columns (``_dgemm_amd_lanes``): 8 lanes without FMA, folded, then ``c``.
+
+    Past 256 terms the 4-column groups take k in two halves (of an even k: an odd one's
+    split is not written out), each its own sums, ``c`` onto the first's, the second's added.
+    A row of ``a`` whose terms start off a 16-byte boundary (torch's allocations are 64-byte
+    aligned: an odd row of an odd k, or a half that starts there) has its first term peeled.
+    The main columns' last 1-3 rows (past the groups of 4), and every row of a product of one
+    column (a regression head's): ``_dgemm_amd_pairs``, then ``c``. One term: its product,
+    then ``c`` (torch's own path). Every accumulator starts at +0.0.
+
+    Not written out (ValueError, or bits that differ: ``--explain`` says ``unknown``): the
+    last 1-3 columns past 256 terms; an odd k past 256 in a 4-column group; the last 1-3 rows
+    in the last columns of some widths (measured: 41-62 columns) and a product of 8 rows
+    past 256 terms (the threads' split, likely); layouts other than a transposed weight's.
+    """
+    from tapescope.core.explain_prims import fma
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    m, k = a.shape
+    n = b.shape[1]
+    rows = 0 if n == 1 else m // 4 * 4
+    main = n // 12 * 12
+    quads = (n - main) // 4 * 4 if n > 1 else 0
+    if n > 1 and k > 256 and (n - main - quads or (quads and k % 2)):
+        raise ValueError("MKL's AMD dgemm past 256 terms: its last columns' order is not "
+                         "written out")
+    if k <= 1:  # (torch's own: the product of one term, c added after)
+        with np.errstate(all="ignore"):
+            y = a @ b if k else np.zeros((m, n))
+            return y if c is None else y + np.broadcast_to(np.asarray(c, np.float64), (m, n))
+    if m * k * n > _DGEMM_AMD_TERMS or m * k * (n - main) > _DGEMM_AMD_TERMS // 64:
+        raise ValueError("MKL's AMD dgemm: past the search's budget")
+    out = np.empty((m, n))
+    start = np.arange(m) * k  # each row's first term, in doubles from the aligned start
+    with np.errstate(all="ignore"):
+        if rows < m:  # (the main columns' last rows; every column of a one-column product)
+            last = main if n > 1 else 1
+            out[rows:, :last] = _dgemm_amd_pairs(a[rows:, :, None] * b[None, :, :last])
+        t = a[:, :, None] * b[None, :, main:]  # (m, k, the last columns): each product rounded
+        if main and rows:
+            acc = np.zeros((rows, main)) if c is None else \
+                np.array(np.broadcast_to(np.asarray(c, np.float64), (m, n))[:rows, :main])
+            for j in range(k):
+                acc = fma(a[:rows, j:j + 1], b[j:j + 1, :main], acc)
+            out[:rows, :main] = acc
+        cc = None if c is None else np.broadcast_to(np.asarray(c, np.float64), (m, n))
+        halves = [(0, k)] if k <= 256 else [(0, k // 2), (k // 2, k)]
+        for col in range(main, main + quads, 4):
+            r = None
+            for k0, k1 in halves:
+                part = _dgemm_amd_quad(t[:, k0:k1, col - main:col - main + 4],
+                                       (start + k0) % 2)
+                if r is None:  # (c onto the first half's sums)
+                    r = part if cc is None else part + cc[:, col:col + 4]
+                else:
+                    r = r + part
+            out[:, col:col + 4] = r
+        if n > 1 and main + quads < n:
+            out[:, main + quads:] = _dgemm_amd_lanes(t[:, :, quads:], start % 2)
+        if cc is not None:  # (the rest: c after; the fma chains started from it)
+            after = np.ones((m, n), bool)
+            after[:rows, :main] = False
+            after[:, main:main + quads] = False
+            out = np.where(after, out + cc, out)
+    return out
+
+
 def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: int = 1,
                   c: np.ndarray | None = None, alpha: np.float32 | None = None,
                   starts: np.ndarray | None = None) -> np.ndarray:

@@ -396,6 +396,13 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                         + _SMALL_LAYOUT[by_rows] + ")",
                         _Fits(partial(_mkl_grid_amd_run, by_rows=by_rows,
                                       addmm=_base(op) == "addmm"))))
+    if _base(op) in ("mm", "addmm") and dt == np.float64:
+        out.append(("reassociation", "MKL's dgemm on an AMD CPU (float64, a weight's "
+                    "transposed view): per 4 rows, the columns in groups of 12 one fma chain "
+                    "an output from the bias, groups of 4 an even and an odd sum without FMA, "
+                    "the last 1-3 columns 8 lanes without FMA folded; the last rows and a "
+                    "one-column product two sums without FMA",
+                    partial(_mkl_dgemm_amd_run, addmm=_base(op) == "addmm")))
     if _base(op) in ("bmm", "baddbmm") and dt == np.float32:
         # ATen's bmm / baddbmm of small matrices: each batch its own MKL product
         plus = _base(op) == "baddbmm"
@@ -466,6 +473,23 @@ def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
     bias, a, b, alpha = _mm_operands(args, kw, addmm)
     c = None if bias is None else np.broadcast_to(bias, (a.shape[0], b.shape[-1]))
     return mkl_small_amd(a, b, by_rows, threads, c, alpha)
+
+
+def _mkl_dgemm_amd_run(args: list, kw: dict, addmm: bool) -> np.ndarray:
+    """``mm`` / ``addmm`` (beta = alpha = 1) of float64 by ``core.explain_aten.mkl_dgemm_amd``
+    (measured against ``torch.addmm`` and ``torch.mm`` of ``x @ w.t()``)."""
+    from tapescope.core.explain_aten import mkl_dgemm_amd
+
+    if not addmm:
+        a, b, c = np.asarray(args[0]), np.asarray(args[1]), None
+    else:
+        c, a, b = (np.asarray(x) for x in args[:3])
+        if _addmm_scales(args, kw) != (1, 1):
+            raise ValueError("MKL's AMD dgemm is written out for addmm's beta = alpha = 1")
+    if any(x is not None and x.dtype != np.float64 for x in (a, b, c)) or a.ndim != 2 or \
+            b.ndim != 2:
+        raise ValueError("written for 2-d float64 products")
+    return mkl_dgemm_amd(a, b, c)
 
 
 def _per_batch(run2d: Callable, plus: bool) -> Callable:

@@ -1,8 +1,9 @@
 """The kernels session 48's user scripts met with an ``unknown`` cause on an AMD EPYC (Zen 4):
 oneDNN's 1x1 convolution (``jit_1x1``) sums its channels in reduce blocks whose size follows the
 CPU's cache sizes (80 channels of 96 at 16x16 pixels there, one block on the Intel Xeon of
-sessions 41-47), forward and input gradient. The block is fitted on a sample; each order
-reproduces its bits and is named by ``explain_op``; the hostile cases are refused."""
+sessions 41-47), forward and input gradient, the block fitted on a sample; and MKL's float64
+products on an AMD CPU (a PINN's float64 ``nn.Linear`` layers: ``mkl_dgemm_amd``). Each order
+reproduces torch's bits and is named by ``explain_op``; the hostile cases are refused."""
 
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ from tapescope.core.capture.explain import (
     _onednn_1x1_fwd,
     explain_op,
 )
+from tapescope.core.explain_aten import mkl_dgemm_amd
 from tapescope.core.explain_prims import fma
 from tapescope.core.parity import compare_arrays
+from tests.helpers.mkl import mkl_vendor
 
 torch = pytest.importorskip("torch")
 
+need_amd_mkl = pytest.mark.skipif(
+    mkl_vendor() != "AuthenticAMD",
+    reason="MKL's AMD kernels give torch's bits only where torch runs MKL on an AMD CPU")
 need_avx512 = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() != "AVX512",
     reason="oneDNN's jit_1x1:avx512_core is written for the AVX-512 build")
@@ -178,3 +184,74 @@ def test_torchs_1x1_convolution_and_its_input_gradient_are_explained():
     if d["n_diff"]:
         got = explain_op("aten.convolution_backward.default", bwd, {}, dx, d, output=0)
         assert got["cause"] != "unknown", got
+
+
+# --- MKL's float64 products on an AMD CPU (a PINN's float64 Linear layers) ----------------------
+
+def _fprev(m: int, k: int, n: int, row: int, col: int) -> np.ndarray:
+    """FPRev's matrix of ``mkl_dgemm_amd`` for output (row, col): entry (i, j) the count of
+    unit terms still added after terms i (2^60) and j (-2^60) met (the tree's shape, read
+    without the code)."""
+    big = 2.0 ** 60
+    out = np.zeros((k, k), int)
+    for i in range(k):
+        for j in range(i + 1, k):
+            a, b = np.ones((m, k)), np.ones((k, n))
+            a[row, i], a[row, j] = big, -big
+            out[i, j] = out[j, i] = int(mkl_dgemm_amd(a, b)[row, col])
+    return out
+
+
+def test_the_dgemm_forms_trees_are_the_documented_ones():
+    # a main column (of 12): one chain in order: i and j meet at max(i, j)
+    f = _fprev(4, 6, 12, 0, 5)
+    assert [f[0, j] for j in range(1, 6)] == [4, 3, 2, 1, 0]
+    # a 4-column group: the even terms and the odd ones apart, meeting last
+    f = _fprev(4, 8, 16, 0, 13)
+    assert f[0, 2] == 6 and f[0, 1] == 0 and f[1, 3] == 6 and f[0, 4] == 5
+    # ... an odd k: the last term after the two sums' meeting
+    f = _fprev(4, 7, 16, 0, 13)
+    assert f[0, 1] == 1 and all(f[i, 6] == 0 for i in range(6))
+    # ... an odd row of an odd k (off the 16-byte boundary): its first term peeled
+    f = _fprev(4, 7, 16, 1, 13)
+    assert f[0, 1] == 5 and f[0, 2] == 0 and f[2, 4] == 5
+    # the last columns: 8 lanes, folded (0 + 2) first, then with (4 + 6), the halves last
+    f = _fprev(4, 16, 13, 0, 12)
+    assert f[0, 8] == 14 and f[0, 2] == 12 and f[0, 4] == 8 and f[0, 1] == 0
+    # one column: (t0 + t1), then the even terms into it and the odd ones into another
+    f = _fprev(4, 8, 1, 0, 0)
+    assert f[0, 1] == 6 and f[0, 2] == 5 and f[0, 3] == 0 and f[3, 5] == 6
+
+
+def test_the_dgemm_form_refuses_what_it_does_not_write_out():
+    a, b = np.ones((8, 300)), np.ones((300, 14))  # the last 2 columns past 256 terms
+    with pytest.raises(ValueError, match="not written out"):
+        mkl_dgemm_amd(a, b)
+    with pytest.raises(ValueError, match="budget"):
+        mkl_dgemm_amd(np.ones((5000, 256)), np.ones((256, 240)))  # (3.07e8 terms)
+    assert mkl_dgemm_amd(np.ones((8, 300)), np.ones((300, 12))).shape == (8, 12)
+
+
+@need_amd_mkl
+@pytest.mark.parametrize("m, k, n", [(256, 64, 64), (256, 2, 64), (64, 64, 1), (33, 64, 30),
+                                     (16, 11, 5), (100, 7, 6), (256, 300, 28), (64, 1, 30)])
+def test_torchs_float64_products_are_the_dgemm_form_and_named(m, k, n):
+    g = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
+    x = torch.randn(m, k, generator=g, dtype=torch.float64)
+    w = torch.randn(n, k, generator=g, dtype=torch.float64)
+    b = torch.randn(n, generator=g, dtype=torch.float64)
+    y = torch.addmm(b, x, w.t()).numpy()
+    y0 = torch.mm(x, w.t()).numpy()
+    xa, wa, ba = x.numpy(), w.numpy(), b.numpy()
+    assert np.array_equal(mkl_dgemm_amd(xa, wa.T, ba), y)
+    assert np.array_equal(mkl_dgemm_amd(xa, wa.T), y0)
+    args = [ba, xa, wa.T]
+    ref = FORMS["aten.addmm.default"](args, {})[0]
+    d = _diff(ref, y)
+    if d["n_diff"]:
+        got = explain_op("aten.addmm.default", args, {}, y, d)
+        assert got["cause"] != "unknown", got
+        off = y.copy()
+        off.view(np.int64)[-1, -1] += 1
+        assert explain_op("aten.addmm.default", args, {}, off, _diff(ref, off))["cause"] == \
+            "unknown"
