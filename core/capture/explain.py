@@ -114,6 +114,7 @@ from tapescope.core.explain_aten import mish as _aten_mish
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_aten import softplus as _aten_softplus
 from tapescope.core.explain_onednn import (
+    _chain_product,
     gelu_backward,
     gelu_forward,
     lstm_layer_backward,
@@ -2287,8 +2288,6 @@ def _conv_gemm(xs: list, at: dict) -> np.ndarray:
     im2col matrix with k in (channel, kh, kw) order (zero padding included), times the
     weights by its jit sgemm (``_chain_product``: each output one fma chain over k from zero,
     past 384 terms in even blocks whose sums are added). (N, C_out, OH, OW), no bias."""
-    from tapescope.core.explain_onednn import _chain_product
-
     x, w = (np.asarray(a, dtype=np.float32) for a in xs)
     if x.dtype != np.float32 or x.ndim != 4 or w.ndim != 4 or w.shape[1] != x.shape[1]:
         raise ValueError("a float32 2-D convolution of one group")
@@ -3015,6 +3014,37 @@ def _conv_input_grad_taps(args: list, kw: dict) -> tuple:
             t = t.reshape(ic, n, oh, ow).transpose(1, 0, 2, 3)[:, :, ra][:, :, :, ca]
             at = np.ix_(np.arange(n), np.arange(ic), rows[ra], cols[ca])
             gx[at] = gx[at] + t
+    return _masked((gx, None, None), mask)
+
+
+def _conv_input_grad_gemm(args: list, kw: dict) -> tuple:
+    """oneDNN's gemm convolution's input gradient (``x64:gemm:jit``, ONEDNN_VERBOSE: what it
+    runs for a large dilation, a WaveNet's conv1d of dilation 16 and 32 on an AMD EPYC): per
+    image the columns ``wᵀ · dy`` by its jit sgemm (``_chain_product``: each element one fma
+    chain over the output channels from zero, in ``_k_blocks``), then col2im: each (kh, kw)
+    tap's columns added into the zeroed input gradient in (kh, kw) order where they land."""
+    g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
+    if not mask[0] or transposed:
+        raise ValueError("written for a convolution's input gradient")
+    dh, dw = (int(v) for v in args[6])
+    oc, ic, kh, kw_ = w.shape
+    n, _, oh, ow = g.shape
+    h, wd = x.shape[2], x.shape[3]
+    if n * ic * kh * kw_ * oc * oh * ow > _budget()[0]:
+        raise ValueError("too many terms to search")
+    wt = np.ascontiguousarray(w.reshape(oc, -1).T)  # (ic kh kw, oc)
+    gx = np.zeros(x.shape, np.float32)
+    for b in range(n):
+        col = _chain_product(wt, np.ascontiguousarray(g[b].reshape(oc, -1).T))
+        col = col.reshape(ic, kh, kw_, oh, ow)
+        for i in range(kh):
+            rows = np.arange(oh) * sh + i * dh - ph
+            ra = (rows >= 0) & (rows < h)
+            for j in range(kw_):
+                cols = np.arange(ow) * sw + j * dw - pw
+                ca = (cols >= 0) & (cols < wd)
+                at = np.ix_(np.arange(ic), rows[ra], cols[ca])
+                gx[b][at] = gx[b][at] + col[:, i, j][:, ra][:, :, ca]
     return _masked((gx, None, None), mask)
 
 
@@ -4659,6 +4689,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                         "weight tap a product over the output channels (fma chains), the "
                         "taps added in (kh, kw) order where they land (col2im)",
                  _conv_input_grad_taps, _screen(_conv_input_grad_taps, _first_image)),
+                ("fma", "oneDNN's gemm convolution backward input gradient (x64:gemm:jit, a "
+                        "large dilation): per image wT . dy by its jit sgemm (one fma chain an "
+                        "element over the output channels), the taps' columns added in (kh, kw) "
+                        "order where they land (col2im)",
+                 _conv_input_grad_gemm, _screen(_conv_input_grad_gemm, _first_image)),
                 ("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
                                   "convolution backward's bias gradient, one image or channel)",
                  _conv_param_grads(None))] + [

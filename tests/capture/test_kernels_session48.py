@@ -1,8 +1,9 @@
 """The kernels session 48's user scripts met with an ``unknown`` cause on an AMD EPYC (Zen 4):
 oneDNN's 1x1 convolution (``jit_1x1``) sums its channels in reduce blocks whose size follows the
 CPU's cache sizes (80 channels of 96 at 16x16 pixels there, one block on the Intel Xeon of
-sessions 41-47), forward and input gradient, the block fitted on a sample; and MKL's float64
-products on an AMD CPU (a PINN's float64 ``nn.Linear`` layers: ``mkl_dgemm_amd``). Each order
+sessions 41-47), forward and input gradient, the block fitted on a sample; MKL's float64
+products on an AMD CPU (a PINN's float64 ``nn.Linear`` layers: ``mkl_dgemm_amd``); oneDNN's
+gemm convolution's input gradient (a WaveNet's conv1d of dilation 16 and 32). Each order
 reproduces torch's bits and is named by ``explain_op``; the hostile cases are refused."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tapescope.core.capture import aten_ref  # noqa: F401  (the forms registered
 from tapescope.core.capture.aten_ref_table import FORMS
 from tapescope.core.capture.explain import (
     _chain_onto,
+    _conv_input_grad_gemm,
     _onednn_1x1_dgrad,
     _onednn_1x1_fwd,
     explain_op,
@@ -255,3 +257,67 @@ def test_torchs_float64_products_are_the_dgemm_form_and_named(m, k, n):
         off.view(np.int64)[-1, -1] += 1
         assert explain_op("aten.addmm.default", args, {}, off, _diff(ref, off))["cause"] == \
             "unknown"
+
+
+# --- oneDNN's gemm convolution's input gradient (a WaveNet's dilated conv1d) ---------------------
+
+def _dilated_case(d: int = 16, seed: int = 2):
+    rng = np.random.default_rng(seed)
+    n, c, oc, kw, ow = 2, 4, 8, 2, 24
+    x = rng.standard_normal((n, c, 1, ow + d * (kw - 1))).astype(np.float32)
+    w = rng.standard_normal((oc, c, 1, kw)).astype(np.float32)
+    g = rng.standard_normal((n, oc, 1, ow)).astype(np.float32)
+    args = [g, x, w, [0], [1, 1], [0, 0], [1, d], False, [0, 0], 1, [True, False, False]]
+    # the order written out by hand: per (image, channel, tap, pixel) one fma chain over the
+    # output channels from zero, then the taps added in order onto zero where they land
+    want = np.zeros(x.shape, np.float32)
+    for b in range(n):
+        for t in range(kw):
+            col = np.zeros((c, ow), np.float32)
+            for o in range(oc):
+                col = fma(w[o, :, 0, t][:, None], g[b, o, 0][None, :], col)
+            want[b, :, 0, t * d:t * d + ow] = want[b, :, 0, t * d:t * d + ow] + col
+    return args, want
+
+
+def test_the_gemm_input_gradient_is_the_columns_then_col2im():
+    args, want = _dilated_case()
+    got = _conv_input_grad_gemm(args, {})
+    assert np.array_equal(got[0].view(np.uint32), want.view(np.uint32))
+    ref = FORMS["aten.convolution_backward.default"](args, {})[0]
+    d = _diff(ref, want)
+    if d["n_diff"]:
+        name = explain_op("aten.convolution_backward.default", args, {}, want, d, output=0)
+        assert name["cause"] != "unknown", name
+    off = want.copy()
+    off.view(np.int32)[1, 2, 0, 20] += 1
+    assert explain_op("aten.convolution_backward.default", args, {}, off,
+                      _diff(ref, off), output=0)["cause"] == "unknown"
+
+
+def test_the_gemm_input_gradient_refuses_a_weight_gradient_and_a_transposed_one():
+    args, _ = _dilated_case()
+    with pytest.raises(ValueError):
+        _conv_input_grad_gemm(args[:10] + [[False, True, False]], {})
+    with pytest.raises(ValueError):
+        _conv_input_grad_gemm(args[:7] + [True] + args[8:], {})
+
+
+@need_avx512
+@pytest.mark.parametrize("d", [16, 32])
+def test_torchs_dilated_conv1d_input_gradient_is_explained(d):
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(2, 32, 256 + d, generator=g, requires_grad=True)
+    w = torch.randn(64, 32, 2, generator=g)
+    y = torch.nn.functional.conv1d(x, w, dilation=d)
+    gy = torch.randn(y.shape, generator=g)
+    dx, = torch.autograd.grad(y, x, gy)
+    args = [gy.numpy()[:, :, None], x.detach().numpy()[:, :, None], w.numpy()[:, :, None], [0],
+            [1, 1], [0, 0], [1, d], False, [0, 0], 1, [True, False, False]]
+    rec = dx.numpy()[:, :, None]
+    ref = FORMS["aten.convolution_backward.default"](args, {})[0]
+    d_ = _diff(ref, rec)
+    if not d_["n_diff"]:
+        pytest.skip("torch's input gradient equals the reference's here")
+    got = explain_op("aten.convolution_backward.default", args, {}, rec, d_, output=0)
+    assert got["cause"] != "unknown", got
