@@ -1103,8 +1103,8 @@ _UNWRITTEN = {
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
     "convolution_backward":
-        "oneDNN's convolutions: strided dilated ones' input gradients, grouped transposed "
-        "ones, and weight gradients past the search's budget, are not written out"}
+        "oneDNN's convolutions: grouped transposed ones, and weight gradients past the "
+        "search's budget, are not written out"}
 
 
 def _base(op: str) -> str:

@@ -24,13 +24,16 @@ def test_products_and_sums_are_the_tables_own(dt):
     # float32: then MKL's small-product kernel on an AMD CPU (two layouts, one and two
     # threads: orders that hang on the operands' memory, which the file does not hold), then
     # its threads' grids (two layouts, the grid fitted to the recorded bits)
+    # float64: then MKL's dgemm on an AMD CPU (session 48)
     small, grid = (4, 2) if dt == np.float32 else (0, 0)
+    dgemm = 1 if dt == np.float64 else 0
     got = [v[1] for v in _variants("aten.mm.default", dt)]
-    assert got[:len(mm)] == mm and len(got) == len(mm) + small + grid
+    assert got[:len(mm)] == mm and len(got) == len(mm) + small + grid + dgemm
+    assert all(lab.startswith("MKL's dgemm on an AMD CPU") for lab in got[len(got) - dgemm:])
     assert all(lab.startswith("MKL's small-product kernel on an AMD CPU")
                for lab in got[len(mm):len(mm) + small])
     assert all(lab.startswith("MKL's products on several threads on an AMD CPU")
-               for lab in got[len(mm) + small:])
+               for lab in got[len(mm) + small:len(got) - dgemm])
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
     # to; Intel's panels, its 384-term panels, k in halves on two threads, then
     # AMD's) and its one-term addmm (the bias as the accumulator): orders of the bias, not of
