@@ -2112,22 +2112,6 @@ def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool,
     return out
 
 
-def _dgemm_amd_pairs(t: np.ndarray) -> np.ndarray:
-    """MKL's AMD dgemm for one output row or column (``mkl_dgemm_amd``): the products ``t``
-    (..., k, n) summed as two sums without FMA: the first term (and the second where k is
-    even) the first sum's start, then the rest in pairs, the first of each into the first sum
-    and the second into the second, the two added."""
-    k = t.shape[-2]
-    if k == 0:
-        return np.zeros(t.shape[:-2] + t.shape[-1:])
-    s0 = t[..., 0, :] + t[..., 1, :] if k % 2 == 0 else t[..., 0, :].copy()
-    s1 = np.zeros_like(s0)
-    for j in range(2 if k % 2 == 0 else 1, k, 2):
-        s0 = s0 + t[..., j, :]
-        s1 = s1 + t[..., j + 1, :]
-    return s0 + s1
-
-
 #: multiply-adds ``mkl_dgemm_amd`` runs at most (its k loop is Python's, each step a numpy
 #: pass over the output); its last columns' products are held whole: a 64th of it (37 MB)
 _DGEMM_AMD_TERMS = 3 * 10 ** 8
@@ -2219,7 +2203,8 @@ def mkl_dgemm_amd(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> 
     aligned: an odd row of an odd k, or a half that starts there) has its first term peeled.
     The main columns' last 1-3 rows (past the groups of 4), and every row of a product of one
     column (a regression head's): ``_dgemm_amd_pairs``, then ``c``. One term: its product,
-    then ``c`` (torch's own path). Every accumulator starts at +0.0.
+    then ``c`` (torch's own path). Every accumulator starts at +0.0. (``core.explain``'s
+    ``_mm_tiles(12, ...)`` is its main columns and a 2-lane edge, for a tape's products.)
 
     Not written out (ValueError, or bits that differ: ``--explain`` says ``unknown``): the
     last 1-3 columns past 256 terms; an odd k past 256 in a 4-column group; the last 1-3 rows

@@ -23,13 +23,11 @@ from tapescope.core.capture.explain import (
 from tapescope.core.explain_aten import mkl_dgemm_amd
 from tapescope.core.explain_prims import fma
 from tapescope.core.parity import compare_arrays
-from tests.helpers.mkl import mkl_vendor
+from tests.helpers.mkl import need_amd_mkl
 
 torch = pytest.importorskip("torch")
 
-need_amd_mkl = pytest.mark.skipif(
-    mkl_vendor() != "AuthenticAMD",
-    reason="MKL's AMD kernels give torch's bits only where torch runs MKL on an AMD CPU")
+need_amd_mkl = need_amd_mkl()
 need_avx512 = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() != "AVX512",
     reason="oneDNN's jit_1x1:avx512_core is written for the AVX-512 build")

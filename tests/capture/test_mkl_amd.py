@@ -24,13 +24,11 @@ from tapescope.core.explain_aten import (
     mkl_small_amd,
     sdot_amd,
 )
-from tests.helpers.mkl import mkl_vendor
+from tests.helpers.mkl import need_amd_mkl
 
 torch = pytest.importorskip("torch")
 
-need_amd_mkl = pytest.mark.skipif(
-    mkl_vendor() != "AuthenticAMD",
-    reason="MKL's AMD kernels give torch's bits only where torch runs MKL on an AMD CPU")
+need_amd_mkl = need_amd_mkl()
 
 
 @pytest.fixture

@@ -31,3 +31,13 @@ def mkl_amx() -> bool:
     except OSError:
         pass
     return False
+
+
+def need_amd_mkl():
+    """The pytest mark of a test that compares with MKL's AMD kernels: skipped, with the reason,
+    where torch's products are not MKL's on an AMD CPU."""
+    import pytest
+
+    return pytest.mark.skipif(
+        mkl_vendor() != "AuthenticAMD",
+        reason="MKL's AMD kernels give torch's bits only where torch runs MKL on an AMD CPU")
