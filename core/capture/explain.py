@@ -2384,7 +2384,7 @@ def _onednn_1x1_fwd(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     if recorded.shape != (n, m) + xs.shape[2:] or n * c * m * xs.shape[2] * xs.shape[3] > \
             _budget()[0]:
         raise ValueError("not this geometry, or past the search's budget")
-    wm = w.reshape(m, c)
+    wm = np.ascontiguousarray(w.reshape(m, c), np.float32)
     sx = xs[0].reshape(c, -1)[:, :32]  # the sample: 16 output channels x 32 pixels
     want = np.ascontiguousarray(recorded[0].reshape(m, -1)[:16, :32]).view(np.uint32)
     start = np.zeros(want.shape, np.float32)
@@ -2393,10 +2393,12 @@ def _onednn_1x1_fwd(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     blk = _reduce_blocks_fit(wm[:16], sx, start, want)
     if blk is None:
         raise ValueError("no block size reproduces the sample")
-    at = {"strides": [1, 1], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
-    y = _conv_direct(blk if blk < c else 0, None if bias is None else "start")(
-        [xs, np.asarray(w, np.float32)] + ([] if bias is None else [bias]), at)
-    return np.asarray(y, np.float32), (f"{blk}-channel reduce blocks" if blk < c
+    pixels = xs.shape[2] * xs.shape[3]
+    first = np.zeros((m, pixels), np.float32)
+    if bias is not None:
+        first += bias.reshape(-1, 1)
+    y = np.stack([_blocked_chains(wm, xs[i].reshape(c, -1), first, blk) for i in range(n)])
+    return y.reshape(recorded.shape), (f"{blk}-channel reduce blocks" if blk < c
                                        else "one block")
 
 
@@ -2999,22 +3001,34 @@ def _conv_input_grad_taps(args: list, kw: dict) -> tuple:
         raise ValueError("written for a strided convolution")
     oc, ic, kh, kw_ = w.shape
     n, _, oh, ow = g.shape
-    h, wd = x.shape[2], x.shape[3]
     if x.size * oc * kh * kw_ > _budget()[0]:
         raise ValueError("too many terms to search")
     dyf = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(oc, -1)
-    gx = np.zeros(x.shape, np.float32)
-    for i in range(kh):
-        rows = np.arange(oh) * sh + i - ph
-        ra = (rows >= 0) & (rows < h)
-        for j in range(kw_):
-            cols = np.arange(ow) * sw + j - pw
-            ca = (cols >= 0) & (cols < wd)
-            t = _sgemm(np.ascontiguousarray(w[:, :, i, j].T), dyf)  # ic x (n oh ow)
-            t = t.reshape(ic, n, oh, ow).transpose(1, 0, 2, 3)[:, :, ra][:, :, :, ca]
+
+    def tap(i: int, j: int) -> np.ndarray:  # ic x (n oh ow), by MKL's sgemm
+        t = _sgemm(np.ascontiguousarray(w[:, :, i, j].T), dyf)
+        return t.reshape(ic, n, oh, ow).transpose(1, 0, 2, 3)
+    return _masked((_col2im(x.shape, (kh, kw_), tap, (ph, pw), (sh, sw), (1, 1)), None, None),
+                   mask)
+
+
+def _col2im(shape: tuple, taps: tuple[int, int], tap: Callable, pads: tuple, strides: tuple,
+            dils: tuple) -> np.ndarray:
+    """An input gradient of ``shape`` from its taps' columns: ``tap(i, j)`` (n, ic, oh, ow)
+    added into zeros in (kh, kw) order where each lands (col2im; positions past the padding
+    dropped)."""
+    (ph, pw), (sh, sw), (dh, dw) = pads, strides, dils
+    gx = np.zeros(shape, np.float32)
+    n, ic, h, wd = shape
+    for i in range(taps[0]):
+        for j in range(taps[1]):
+            t = tap(i, j)
+            rows = np.arange(t.shape[2]) * sh + i * dh - ph
+            cols = np.arange(t.shape[3]) * sw + j * dw - pw
+            ra, ca = (rows >= 0) & (rows < h), (cols >= 0) & (cols < wd)
             at = np.ix_(np.arange(n), np.arange(ic), rows[ra], cols[ca])
-            gx[at] = gx[at] + t
-    return _masked((gx, None, None), mask)
+            gx[at] = gx[at] + t[:, :, ra][:, :, :, ca]
+    return gx
 
 
 def _conv_input_grad_gemm(args: list, kw: dict) -> tuple:
@@ -3029,23 +3043,13 @@ def _conv_input_grad_gemm(args: list, kw: dict) -> tuple:
     dh, dw = (int(v) for v in args[6])
     oc, ic, kh, kw_ = w.shape
     n, _, oh, ow = g.shape
-    h, wd = x.shape[2], x.shape[3]
     if n * ic * kh * kw_ * oc * oh * ow > _budget()[0]:
         raise ValueError("too many terms to search")
     wt = np.ascontiguousarray(w.reshape(oc, -1).T)  # (ic kh kw, oc)
-    gx = np.zeros(x.shape, np.float32)
-    for b in range(n):
-        col = _chain_product(wt, np.ascontiguousarray(g[b].reshape(oc, -1).T))
-        col = col.reshape(ic, kh, kw_, oh, ow)
-        for i in range(kh):
-            rows = np.arange(oh) * sh + i * dh - ph
-            ra = (rows >= 0) & (rows < h)
-            for j in range(kw_):
-                cols = np.arange(ow) * sw + j * dw - pw
-                ca = (cols >= 0) & (cols < wd)
-                at = np.ix_(np.arange(ic), rows[ra], cols[ca])
-                gx[b][at] = gx[b][at] + col[:, i, j][:, ra][:, :, ca]
-    return _masked((gx, None, None), mask)
+    col = np.stack([_chain_product(wt, np.ascontiguousarray(g[b].reshape(oc, -1).T))
+                    for b in range(n)]).reshape(n, ic, kh, kw_, oh, ow)
+    return _masked((_col2im(x.shape, (kh, kw_), lambda i, j: col[:, :, i, j], (ph, pw),
+                            (sh, sw), (dh, dw)), None, None), mask)
 
 
 def _first_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
@@ -3542,21 +3546,26 @@ def _onednn_1x1_wgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no thread count or step gives these bits")
 
 
+def _blocked_chains(wm: np.ndarray, xs: np.ndarray, start: np.ndarray, blk: int
+                    ) -> np.ndarray:
+    """``wm @ xs`` as oneDNN's jit_1x1 kernels sum it: k in blocks of ``blk``, the first
+    block's fma chain from ``start``, each other's from zero, added in order."""
+    acc = None
+    for k0 in range(0, wm.shape[1], blk):
+        part = _chain_onto(start if k0 == 0 else np.zeros_like(start), wm[:, k0:k0 + blk],
+                           xs[k0:k0 + blk])
+        acc = part if acc is None else (acc + part).astype(np.float32)
+    return acc
+
+
 def _reduce_blocks_fit(wm: np.ndarray, xs: np.ndarray, start: np.ndarray,
                        want: np.ndarray) -> int | None:
-    """The reduce block (a multiple of 16, or the whole) whose chains give ``want`` (a sample,
-    float32 bits): ``wm @ xs`` over k in blocks, the first block's fma chain from ``start``,
-    each other's from zero, added in order (oneDNN's jit_1x1 kernels); None where none does."""
+    """The reduce block (a multiple of 16, or the whole) whose ``_blocked_chains`` give
+    ``want`` (a sample, float32 bits); None where none does."""
     k = wm.shape[1]
     for blk in dict.fromkeys([k, 80, 256, 128, *range(16, k, 16)]):
-        if blk > k:
-            continue
-        acc = None
-        for k0 in range(0, k, blk):
-            part = _chain_onto(start if k0 == 0 else np.zeros_like(start),
-                               wm[:, k0:k0 + blk], xs[k0:k0 + blk])
-            acc = part if acc is None else (acc + part).astype(np.float32)
-        if np.array_equal(acc.view(np.uint32), want):
+        if blk <= k and np.array_equal(_blocked_chains(wm, xs, start, blk).view(np.uint32),
+                                       want):
             return blk
     return None
 
@@ -3586,13 +3595,9 @@ def _onednn_1x1_dgrad(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     if blk is None:
         raise ValueError("no block size reproduces the sample")
     dx = np.zeros(x.shape, np.float32)
+    zero = np.zeros((c, gm.shape[2]), np.float32)
     for i in range(n):
-        acc = None
-        for k0 in range(0, o, blk):
-            part = _chain_onto(np.zeros((c, gm.shape[2]), np.float32), wt[:, k0:k0 + blk],
-                               gm[i][k0:k0 + blk])
-            acc = part if acc is None else (acc + part).astype(np.float32)
-        dx[i][:, ::sh, ::sw] = acc.reshape((c,) + g.shape[2:])
+        dx[i][:, ::sh, ::sw] = _blocked_chains(wt, gm[i], zero, blk).reshape((c,) + g.shape[2:])
     return (_masked((dx, None, None), mask),
             f"{blk}-channel reduce blocks" if blk < o else "one block")
 

@@ -17,8 +17,7 @@ from tapescope.core.capture.explain import explain_op
 from tapescope.core.capture.file import STRIDED_KW
 from tapescope.core.explain_aten import aten_reduce_vec
 from tapescope.core.explain_prims import fma, fma_emulated
-from tapescope.core.parity import compare_arrays
-from tests.helpers.ref_forms import recorded_outputs
+from tests.helpers.ref_forms import diff_of, recorded_outputs
 
 torch = pytest.importorskip("torch")
 
@@ -27,9 +26,7 @@ need_avx512 = pytest.mark.skipif(
     reason="SLEEF's lanes and oneDNN's jit_1x1:avx512_core are written for the AVX-512 build")
 
 
-def _diff(ref: np.ndarray, rec: np.ndarray) -> dict:
-    d = compare_arrays(ref, rec)
-    return d if isinstance(d, dict) else vars(d)
+_diff = diff_of
 
 
 def _threads(n: int):

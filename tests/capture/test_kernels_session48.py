@@ -22,8 +22,8 @@ from tapescope.core.capture.explain import (
 )
 from tapescope.core.explain_aten import mkl_dgemm_amd
 from tapescope.core.explain_prims import fma
-from tapescope.core.parity import compare_arrays
 from tests.helpers.mkl import need_amd_mkl
+from tests.helpers.ref_forms import diff_of
 
 torch = pytest.importorskip("torch")
 
@@ -33,9 +33,7 @@ need_avx512 = pytest.mark.skipif(
     reason="oneDNN's jit_1x1:avx512_core is written for the AVX-512 build")
 
 
-def _diff(ref: np.ndarray, rec: np.ndarray) -> dict:
-    d = compare_arrays(ref, rec)
-    return d if isinstance(d, dict) else vars(d)
+_diff = diff_of
 
 
 def _blocked(wm: np.ndarray, xm: np.ndarray, start: np.ndarray, blk: int) -> np.ndarray:

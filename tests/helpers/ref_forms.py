@@ -26,3 +26,12 @@ def assert_agrees_in_float64(r, t, rg, tg) -> None:
     assert r.shape == t.shape and rg.shape == tg.shape and r.dtype == rg.dtype == np.float64
     np.testing.assert_allclose(r, t, rtol=0, atol=1e-12)
     np.testing.assert_allclose(rg, tg, rtol=0, atol=1e-12)
+
+
+def diff_of(ref, rec) -> dict:
+    """``core.parity.compare_arrays`` of a form's output and torch's, as the dict
+    ``explain_op`` takes (``diff``)."""
+    from tapescope.core.parity import compare_arrays
+
+    d = compare_arrays(ref, rec)
+    return d if isinstance(d, dict) else vars(d)
