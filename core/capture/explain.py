@@ -3040,6 +3040,8 @@ def _conv_input_grad_gemm(args: list, kw: dict) -> tuple:
     g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
     if not mask[0] or transposed:
         raise ValueError("written for a convolution's input gradient")
+    if w.shape[2:] == (1, 1):  # (oneDNN runs jit_1x1 there: ``_onednn_1x1_dgrad`` names it;
+        raise ValueError("a 1x1 convolution is jit_1x1's")  # one block gives these bits too)
     dh, dw = (int(v) for v in args[6])
     oc, ic, kh, kw_ = w.shape
     n, _, oh, ow = g.shape

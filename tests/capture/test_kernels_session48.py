@@ -317,3 +317,16 @@ def test_torchs_dilated_conv1d_input_gradient_is_explained(d):
         pytest.skip("torch's input gradient equals the reference's here")
     got = explain_op("aten.convolution_backward.default", args, {}, rec, d_, output=0)
     assert got["cause"] != "unknown", got
+
+
+def test_a_1x1_input_gradient_is_named_jit_1x1s_not_the_gemm_ones():
+    """A 1x1 convolution's input gradient in one block is also the gemm order's bits; oneDNN runs
+    jit_1x1 there, and the cause names that kernel (session 48's review: a ResNet bottleneck's
+    512-channel one was named the gemm's)."""
+    args, dx = _dgrad_case(96, 1)
+    with pytest.raises(ValueError, match="jit_1x1"):
+        _conv_input_grad_gemm(args, {})
+    d = _diff(FORMS["aten.convolution_backward.default"](args, {})[0], dx)
+    if d["n_diff"]:
+        got = explain_op("aten.convolution_backward.default", args, {}, dx, d, output=0)
+        assert "gemm convolution" not in got["variant"], got
